@@ -1,0 +1,455 @@
+// quickcell guest prelude.
+//
+// Evaluated once, at pre-initialization, as a strict global script whose
+// completion value is the installer below. The installer receives the native
+// host functions, installs the guest globals (`text`, `json`, `console`) and
+// returns the runner object that the Rust side of the guest drives. The native
+// functions and the runner are reachable only through closures: user code
+// cannot see them (`typeof __quickcell...` is "undefined").
+//
+// Every intrinsic the prelude relies on is captured here, before user code
+// runs, so a cell that overwrites `JSON.stringify` or `Array.prototype.push`
+// cannot change how its results are projected or reported.
+(function install(native) {
+  "use strict";
+
+  const G = globalThis;
+  const ReflectApply = Reflect.apply;
+  const ownKeys = Reflect.ownKeys;
+  const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
+  const getPrototypeOf = Object.getPrototypeOf;
+  const defineProperty = Object.defineProperty;
+  const freeze = Object.freeze;
+  const stringify = JSON.stringify;
+  const isArray = Array.isArray;
+  const StringCtor = String;
+  const NumberIsFinite = Number.isFinite;
+  const MathFloor = Math.floor;
+  const SetCtor = Set;
+  const uncurry = (fn) => (self, ...args) => ReflectApply(fn, self, args);
+  const setHas = uncurry(Set.prototype.has);
+  const setAdd = uncurry(Set.prototype.add);
+  const setDelete = uncurry(Set.prototype.delete);
+  const arrayPush = uncurry(Array.prototype.push);
+  const arrayJoin = uncurry(Array.prototype.join);
+  const stringSlice = uncurry(String.prototype.slice);
+  const stringCharCodeAt = uncurry(String.prototype.charCodeAt);
+  const stringSplit = uncurry(String.prototype.split);
+  const regexpExec = uncurry(RegExp.prototype.exec);
+  const promiseThen = uncurry(Promise.prototype.then);
+  const dateToISOString = uncurry(Date.prototype.toISOString);
+  const bigintToString = uncurry(BigInt.prototype.toString);
+  const errorProto = Error.prototype;
+  const dateProto = Date.prototype;
+  const TypedArrayProto = getPrototypeOf(Uint8Array.prototype);
+  const typedArrayLength = uncurry(
+    getOwnPropertyDescriptor(TypedArrayProto, "length").get,
+  );
+  const typedArrayTag = uncurry(
+    getOwnPropertyDescriptor(TypedArrayProto, Symbol.toStringTag).get,
+  );
+  const ReferenceErrorProto = ReferenceError.prototype;
+  const InternalErrorProto = G.InternalError ? G.InternalError.prototype : null;
+  const emitNative = native.emit;
+  const isPromise = native.isPromise;
+  const isProxy = native.isProxy;
+
+  const UNAWAITED =
+    "[Unawaited Promise: use await or Promise.all(...) before emitting or returning values.]";
+  // Nesting depth at which the projection stops descending; deeper values
+  // become this marker instead of overflowing the stack.
+  const MAX_PROJECTION_DEPTH = 256;
+  const DEPTH_MARKER = "[Depth limit]";
+
+  // ---------------------------------------------------------------------
+  // Small helpers that never run user code (no getters, no toJSON).
+
+  function hasProto(value, proto) {
+    // Walks the prototype chain; a Proxy's getPrototypeOf trap may run
+    // (detection only), and callers catch what it throws.
+    let p = getPrototypeOf(value);
+    for (let i = 0; p !== null && i < 10000; i++) {
+      if (p === proto) return true;
+      p = getPrototypeOf(p);
+    }
+    return false;
+  }
+
+  // Reads a data property along the prototype chain without invoking
+  // getters; returns undefined for accessors.
+  function dataProp(value, key) {
+    let o = value;
+    for (let i = 0; o !== null && i < 10000; i++) {
+      const d = getOwnPropertyDescriptor(o, key);
+      if (d !== undefined) return "value" in d ? d.value : undefined;
+      o = getPrototypeOf(o);
+    }
+    return undefined;
+  }
+
+  function isTypedArray(value) {
+    try {
+      return typedArrayTag(value) !== undefined;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  // ---------------------------------------------------------------------
+  // Safe projection (contract §8.7): own enumerable data properties only,
+  // no getters, no toJSON; cycles → "[Circular]", BigInt → decimal string,
+  // Date → ISO string (invalid → null), typed arrays → number arrays,
+  // Promise → the unawaited-promise text, Error → {name, message, ...own}.
+
+  function project(value, stack, depth) {
+    switch (typeof value) {
+      case "string":
+      case "boolean":
+        return value;
+      case "number":
+        return NumberIsFinite(value) ? value : null;
+      case "bigint":
+        return bigintToString(value);
+      case "undefined":
+      case "function":
+      case "symbol":
+        return undefined;
+    }
+    if (value === null) return null;
+    if (isPromise(value)) return UNAWAITED;
+    if (setHas(stack, value)) return "[Circular]";
+    if (depth >= MAX_PROJECTION_DEPTH) return DEPTH_MARKER;
+    setAdd(stack, value);
+    try {
+      if (!isProxy(value)) {
+        if (hasProto(value, dateProto)) {
+          try {
+            return dateToISOString(value);
+          } catch (_) {
+            return null;
+          }
+        }
+        if (isTypedArray(value)) {
+          const n = typedArrayLength(value);
+          const out = [];
+          for (let i = 0; i < n; i++) arrayPush(out, project(value[i], stack, depth + 1));
+          return out;
+        }
+      }
+      if (isArray(value)) {
+        const lengthDesc = getOwnPropertyDescriptor(value, "length");
+        const n = lengthDesc && "value" in lengthDesc ? lengthDesc.value : 0;
+        const out = [];
+        for (let i = 0; i < n; i++) {
+          const d = getOwnPropertyDescriptor(value, StringCtor(i));
+          const item = d !== undefined && "value" in d ? project(d.value, stack, depth + 1) : undefined;
+          arrayPush(out, item === undefined ? null : item);
+        }
+        return out;
+      }
+      const out = {};
+      if (hasProto(value, errorProto)) {
+        const name = dataProp(value, "name");
+        const message = dataProp(value, "message");
+        defineData(out, "name", typeof name === "string" ? name : "Error");
+        defineData(out, "message", typeof message === "string" ? message : "");
+      }
+      const keys = ownKeys(value);
+      for (let i = 0; i < keys.length; i++) {
+        const key = keys[i];
+        if (typeof key !== "string") continue;
+        const d = getOwnPropertyDescriptor(value, key);
+        if (d === undefined || !d.enumerable || !("value" in d)) continue;
+        if (key === "stack" && hasProto(value, errorProto)) continue;
+        const p = project(d.value, stack, depth + 1);
+        if (p !== undefined) defineData(out, key, p);
+      }
+      return out;
+    } catch (_) {
+      return "[Unserializable]";
+    } finally {
+      setDelete(stack, value);
+    }
+  }
+
+  function defineData(target, key, value) {
+    defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  }
+
+  function projectValue(value) {
+    return project(value, new SetCtor(), 0);
+  }
+
+  function projectedJson(value) {
+    const p = projectValue(value);
+    return p === undefined ? "null" : stringify(p);
+  }
+
+  // ---------------------------------------------------------------------
+  // Output helpers (contract §8.5).
+
+  function emit(entry) {
+    emitNative(stringify(entry));
+  }
+
+  function text(value) {
+    emit({ type: "text", text: typeof value === "string" ? value : projectedJson(value) });
+  }
+
+  function json(value) {
+    const p = projectValue(value);
+    emit({ type: "json", value: p === undefined ? null : p });
+  }
+
+  // ---------------------------------------------------------------------
+  // Console: bounded inspection and the cumulative per-cell cap.
+
+  const CONSOLE_CAP_UNITS = 16384;
+  const CONSOLE_CAP_RESERVE = 100;
+  const CONSOLE_MAX_VALUES = 100;
+  const CONSOLE_MAX_PROPS = 50;
+  const CONSOLE_MAX_DEPTH = 4;
+  const CONSOLE_MAX_STRING = 512;
+  const CONSOLE_MAX_MESSAGE = 4096;
+  const TRUNCATED_SUFFIX = "…[truncated]";
+  let consoleUnits = 0;
+  let consoleClosed = false;
+
+  // Cuts a string to at most `max` UTF-16 code units without splitting a
+  // surrogate pair, appending the truncation suffix when it cut.
+  function cutUnits(s, max) {
+    if (s.length <= max) return s;
+    let end = max;
+    const c = stringCharCodeAt(s, end - 1);
+    if (c >= 0xd800 && c <= 0xdbff) end -= 1;
+    return stringSlice(s, 0, end) + TRUNCATED_SUFFIX;
+  }
+
+  function inspectKey(key) {
+    const k = cutUnits(key, CONSOLE_MAX_STRING);
+    return regexpExec(/^[A-Za-z_$][A-Za-z0-9_$]*$/, k) !== null ? k : stringify(k);
+  }
+
+  function inspect(value, state, depth, top) {
+    if (state.visited >= CONSOLE_MAX_VALUES) return "…";
+    state.visited++;
+    switch (typeof value) {
+      case "string": {
+        const s = cutUnits(value, CONSOLE_MAX_STRING);
+        return top ? s : stringify(s);
+      }
+      case "number":
+      case "boolean":
+        return StringCtor(value);
+      case "bigint":
+        return bigintToString(value) + "n";
+      case "undefined":
+        return "undefined";
+      case "symbol":
+        return "[Symbol]";
+      case "function":
+        return "[Function]";
+    }
+    if (value === null) return "null";
+    if (isPromise(value)) return UNAWAITED;
+    if (setHas(state.stack, value)) return "[Circular]";
+    setAdd(state.stack, value);
+    try {
+      if (!isProxy(value) && hasProto(value, dateProto)) {
+        try {
+          return dateToISOString(value);
+        } catch (_) {
+          return "Invalid Date";
+        }
+      }
+      const array = isArray(value);
+      if (depth >= CONSOLE_MAX_DEPTH) return array ? "[Array]" : "[Object]";
+      const parts = [];
+      let prefix = "";
+      if (!array && hasProto(value, errorProto)) {
+        const name = dataProp(value, "name");
+        const message = dataProp(value, "message");
+        prefix =
+          (typeof name === "string" ? name : "Error") +
+          ": " +
+          cutUnits(typeof message === "string" ? message : "", CONSOLE_MAX_STRING);
+      }
+      const keys = ownKeys(value);
+      let shown = 0;
+      for (let i = 0; i < keys.length; i++) {
+        const key = keys[i];
+        if (typeof key !== "string") continue;
+        if (array && key === "length") continue;
+        const d = getOwnPropertyDescriptor(value, key);
+        if (d === undefined || !d.enumerable) continue;
+        if (prefix !== "" && (key === "stack" || key === "message")) continue;
+        if (shown >= CONSOLE_MAX_PROPS || state.visited >= CONSOLE_MAX_VALUES) {
+          arrayPush(parts, "…");
+          break;
+        }
+        shown++;
+        const rendered = "value" in d ? inspect(d.value, state, depth + 1, false) : "[Accessor]";
+        arrayPush(parts, array ? rendered : inspectKey(key) + ":" + rendered);
+      }
+      if (array) return "[" + arrayJoin(parts, ",") + "]";
+      if (prefix !== "") return parts.length ? prefix + " {" + arrayJoin(parts, ",") + "}" : prefix;
+      return "{" + arrayJoin(parts, ",") + "}";
+    } catch (_) {
+      return "[Unserializable]";
+    } finally {
+      setDelete(state.stack, value);
+    }
+  }
+
+  function consoleMethod(level) {
+    const label = level === "log" ? "" : "[" + level + "] ";
+    return function () {
+      if (consoleClosed) return undefined;
+      const parts = [];
+      for (let i = 0; i < arguments.length; i++) {
+        const state = { visited: 0, stack: new SetCtor() };
+        arrayPush(parts, inspect(arguments[i], state, 0, true));
+      }
+      let message = label + arrayJoin(parts, " ");
+      if (message.length > CONSOLE_MAX_MESSAGE) message = cutUnits(message, CONSOLE_MAX_MESSAGE);
+      const entry = { type: "text", text: message };
+      const units = stringify(entry).length;
+      if (consoleUnits + units > CONSOLE_CAP_UNITS - CONSOLE_CAP_RESERVE) {
+        consoleClosed = true;
+        emit({ type: "text", text: "[console output truncated]" });
+        return undefined;
+      }
+      consoleUnits += units;
+      emit(entry);
+      return undefined;
+    };
+  }
+
+  const consoleObject = {};
+  const levels = ["log", "info", "warn", "error", "debug"];
+  for (let i = 0; i < levels.length; i++) {
+    defineData(consoleObject, levels[i], consoleMethod(levels[i]));
+  }
+
+  function installGlobal(name, value) {
+    defineProperty(G, name, { value, enumerable: false, writable: true, configurable: true });
+  }
+
+  installGlobal("text", text);
+  installGlobal("json", json);
+  installGlobal("console", consoleObject);
+  // Names that must not exist in a cell (contract §8).
+  const absent = ["require", "process", "module", "tools", "ALL_TOOLS", "Javy"];
+  for (let i = 0; i < absent.length; i++) delete G[absent[i]];
+
+  // ---------------------------------------------------------------------
+  // Errors: "<Name>: <message>" plus user frames with user line numbers.
+
+  const USER_FRAME = /quickcell:user\.js:(\d+):(\d+)/;
+
+  function userFrames(stack) {
+    if (typeof stack !== "string") return "";
+    const lines = stringSplit(stack, "\n");
+    const out = [];
+    for (let i = 0; i < lines.length && out.length < 20; i++) {
+      const m = regexpExec(USER_FRAME, lines[i]);
+      if (m === null) continue;
+      const line = +m[1] - 1;
+      if (line < 1) continue;
+      const start = m.index;
+      const rewritten =
+        stringSlice(lines[i], 0, start) +
+        "quickcell:user.js:" +
+        line +
+        ":" +
+        m[2] +
+        stringSlice(lines[i], start + m[0].length);
+      arrayPush(out, "    " + stringSlice(rewritten, rewritten.indexOf("at ")));
+    }
+    return arrayJoin(out, "\n");
+  }
+
+  function describeError(error) {
+    let name = "Error";
+    let message;
+    let stack;
+    let kind = "error";
+    try {
+      if (error !== null && typeof error === "object" && hasProto(error, errorProto)) {
+        const n = dataProp(error, "name");
+        const m = dataProp(error, "message");
+        name = typeof n === "string" && n !== "" ? n : "Error";
+        message = typeof m === "string" ? m : "";
+        stack = dataProp(error, "stack");
+        if (
+          hasProto(error, ReferenceErrorProto) &&
+          regexpExec(/^'?(require|module|process)'? is not defined$/, message) !== null
+        ) {
+          kind = "module_access";
+        } else if (
+          InternalErrorProto !== null &&
+          hasProto(error, InternalErrorProto) &&
+          message === "out of memory"
+        ) {
+          kind = "out_of_memory";
+        } else if (hasProto(error, InternalErrorProto) && message === "interrupted") {
+          kind = "interrupted";
+        }
+      } else if (typeof error === "string") {
+        message = error;
+      } else {
+        message = projectedJson(error);
+      }
+    } catch (_) {
+      message = "[Unserializable]";
+    }
+    const frames = userFrames(stack);
+    return { kind, error: name + ": " + message + (frames ? "\n" + frames : "") };
+  }
+
+  // ---------------------------------------------------------------------
+  // The runner: the cell's settlement state, driven from Rust.
+
+  let outcome = null; // { state: "completed", value } | { state: "failed", error }
+
+  function fail(error) {
+    if (outcome === null) outcome = { state: "failed", error };
+  }
+
+  const runner = {
+    start(cell) {
+      let promise;
+      try {
+        promise = cell();
+      } catch (e) {
+        fail(e);
+        return;
+      }
+      promiseThen(
+        promise,
+        (value) => {
+          if (outcome === null) outcome = { state: "completed", value };
+        },
+        fail,
+      );
+    },
+    evalError(error) {
+      fail(error);
+    },
+    jobError(error) {
+      fail(error);
+    },
+    settle(_resultsJson) {
+      // Bridge settlements arrive with the bridge (tools) work.
+    },
+    status() {
+      if (outcome === null) return stringify({ state: "pending", requests: [] });
+      if (outcome.state === "completed") {
+        return '{"state":"completed","value":' + projectedJson(outcome.value) + "}";
+      }
+      const d = describeError(outcome.error);
+      return stringify({ state: "failed", kind: d.kind, error: d.error });
+    },
+  };
+  return freeze(runner);
+});
