@@ -1,0 +1,303 @@
+//! Running one cell: admission checks, a fresh instance in its own `Store`,
+//! the guest's status, and the mapping of every way a call can end to the
+//! contract's result union.
+//!
+//! How each limit ends a call (told apart by type, never by message text):
+//!
+//! | limit | mechanism | code |
+//! |---|---|---|
+//! | `timeoutMs` | epoch ticks; the deadline callback compares the real clock and raises [`DeadlineExceeded`] | `timeout` |
+//! | `fuel` | Wasmtime fuel; [`Trap::OutOfFuel`] | `fuel_exhausted` |
+//! | `memoryLimitBytes` | QuickJS heap limit (catchable `InternalError: out of memory`; uncaught → failure) and a linear-memory cap in the store's limiter (refused growth) | `memory_limit_exceeded` |
+//! | stack depth | the guest's stack guard raises a catchable `RangeError` | `internal_error` when uncaught |
+//!
+//! The timeout is enforced by Wasmtime's epoch interruption alone: the
+//! QuickJS interrupt handler is not used, so there is no separate hard-stop
+//! grace period — the epoch deadline *is* the hard stop, and output emitted
+//! before it is kept. A module-access `ReferenceError` at run time
+//! (`require`, `module`, `process`) fails with `invalid_input` and the
+//! module-access message, in phase `guest` (the guest had started).
+
+use crate::abi::{CellState, DeadlineExceeded, GuestExports};
+use crate::channel::OutputBuffer;
+use crate::config::{Fuel, Limits};
+use crate::engine::SharedEngine;
+use crate::input::ExecInput;
+use crate::output;
+use crate::result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, Telemetry};
+use crate::source;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
+
+/// Message of a cell whose promise can never settle.
+pub(crate) const PENDING_WITHOUT_HOST_WORK: &str = "code mode promise is pending without host work";
+
+/// The guest's status JSON (see `wit/bridge.wit`): `state` is
+/// `completed` (with `value`), `failed` (with `kind` and `error`) or
+/// `pending` (with `requests`).
+#[derive(Deserialize)]
+struct GuestStatus<'a> {
+    state: &'a str,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+    kind: Option<String>,
+    error: Option<String>,
+}
+
+/// How a call ended, before output fitting.
+enum Ending {
+    Completed { value_json: String },
+    Failed { code: ErrorCode, phase: FailurePhase, error: String },
+}
+
+/// Runs a new cell to its end (this foundation has no suspension yet: a
+/// cell either completes or fails within its call).
+pub(crate) async fn exec(
+    shared: &SharedEngine,
+    limits: &Limits,
+    telemetry: Telemetry,
+    input: &ExecInput,
+) -> CellResult {
+    if let Err(message) = input.validate() {
+        return input_failure(message, telemetry);
+    }
+    if let Err(rejection) = source::validate_source(&input.code) {
+        return input_failure(rejection.message(), telemetry);
+    }
+    run(shared, limits, telemetry, input).await
+}
+
+pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
+    CellResult::Failed(Failed {
+        error,
+        code: ErrorCode::InvalidInput,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Input,
+        bridge_dispatch_started: false,
+        replay_safe: None,
+    })
+}
+
+async fn run(shared: &SharedEngine, limits: &Limits, mut telemetry: Telemetry, input: &ExecInput) -> CellResult {
+    let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
+    let memory_cap = limits.linear_memory_cap(shared.initial_memory_bytes);
+    let state = CellState::new(memory_cap, OutputBuffer::new(limits.max_output_bytes as usize));
+    let mut store = Store::new(&shared.engine, state);
+    store.limiter(|s| s as &mut dyn ResourceLimiter);
+    let fuel = match limits.fuel {
+        Fuel::Limited(n) => n,
+        Fuel::Unlimited => u64::MAX,
+    };
+    if let Err(e) = store.set_fuel(fuel) {
+        return host_failure(format!("cannot set fuel: {e}"), telemetry);
+    }
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if Instant::now() >= deadline {
+            Err(wasmtime::Error::new(DeadlineExceeded))
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+
+    let instance = match shared.instance_pre.instantiate_async(&mut store).await {
+        Ok(i) => i,
+        Err(e) => return unavailable(format!("cannot instantiate the guest: {e}"), telemetry),
+    };
+    let exports = match GuestExports::new(&mut store, &instance) {
+        Ok(x) => x,
+        Err(e) => return unavailable(format!("{e}"), telemetry),
+    };
+    let options = serde_json::json!({
+        "memoryLimitBytes": limits.memory_limit_bytes,
+        "randomSeed": rand_seed(),
+    })
+    .to_string();
+    let status = exports.start(&mut store, &input.code, &options).await;
+    telemetry.fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+    let ending = match status {
+        Ok(json) => ending_from_status(&json),
+        Err(err) => ending_from_trap(err, store.data()),
+    };
+    let output = std::mem::take(&mut store.data_mut().output);
+    drop(store);
+    finish(ending, output, limits.max_output_bytes as usize, telemetry)
+}
+
+fn rand_seed() -> u64 {
+    let id = uuid::Uuid::new_v4();
+    let bytes = id.as_bytes();
+    u64::from_le_bytes(bytes[..8].try_into().unwrap())
+}
+
+fn ending_from_status(json: &str) -> Ending {
+    let status: GuestStatus = match serde_json::from_str(json) {
+        Ok(s) => s,
+        Err(e) => {
+            return Ending::Failed {
+                code: ErrorCode::InternalError,
+                phase: FailurePhase::Host,
+                error: format!("InternalError: the guest reported an unreadable status: {e}"),
+            }
+        }
+    };
+    match (status.state, status.value) {
+        ("completed", Some(value)) => Ending::Completed {
+            value_json: value.get().to_string(),
+        },
+        ("pending", _) => Ending::Failed {
+            code: ErrorCode::InternalError,
+            phase: FailurePhase::Guest,
+            error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+        },
+        ("failed", _) => match status.kind.as_deref().unwrap_or("error") {
+            "module_access" => Ending::Failed {
+                code: ErrorCode::InvalidInput,
+                phase: FailurePhase::Guest,
+                error: source::MODULE_ACCESS_MESSAGE.to_string(),
+            },
+            "out_of_memory" => Ending::Failed {
+                code: ErrorCode::MemoryLimitExceeded,
+                phase: FailurePhase::Guest,
+                error: crate::Error::MemoryLimitExceeded.to_string(),
+            },
+            _ => Ending::Failed {
+                code: ErrorCode::InternalError,
+                phase: FailurePhase::Guest,
+                error: status.error.unwrap_or_else(|| "Error: unknown guest failure".into()),
+            },
+        },
+        (other, _) => Ending::Failed {
+            code: ErrorCode::InternalError,
+            phase: FailurePhase::Host,
+            error: format!("InternalError: the guest reported an unknown state `{other}`"),
+        },
+    }
+}
+
+fn ending_from_trap(err: wasmtime::Error, state: &CellState) -> Ending {
+    let guest = |code: ErrorCode, error: String| Ending::Failed {
+        code,
+        phase: FailurePhase::Guest,
+        error,
+    };
+    if err.downcast_ref::<DeadlineExceeded>().is_some() {
+        return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string());
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => return guest(ErrorCode::FuelExhausted, crate::Error::FuelExhausted.to_string()),
+        Some(Trap::Interrupt) => return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string()),
+        _ => {}
+    }
+    if state.memory_refused {
+        return guest(
+            ErrorCode::MemoryLimitExceeded,
+            crate::Error::MemoryLimitExceeded.to_string(),
+        );
+    }
+    if let Some(Trap::StackOverflow) = err.downcast_ref::<Trap>() {
+        return guest(
+            ErrorCode::InternalError,
+            "RangeError: Maximum call stack size exceeded (native stack exhausted)".into(),
+        );
+    }
+    if let Some(fault) = &state.fault {
+        return Ending::Failed {
+            code: ErrorCode::InternalError,
+            phase: FailurePhase::Host,
+            error: format!("InternalError: guest fault: {fault}"),
+        };
+    }
+    tracing::warn!(error = ?err, "guest trapped");
+    guest(
+        ErrorCode::InternalError,
+        format!("InternalError: the guest trapped: {}", trap_summary(&err)),
+    )
+}
+
+fn trap_summary(err: &wasmtime::Error) -> String {
+    match err.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => err.to_string().lines().next().unwrap_or("unknown").to_string(),
+    }
+}
+
+fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
+    CellResult::Failed(Failed {
+        error,
+        code: ErrorCode::InternalError,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Host,
+        bridge_dispatch_started: false,
+        replay_safe: None,
+    })
+}
+
+fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
+    CellResult::Failed(Failed {
+        error,
+        code: ErrorCode::RuntimeUnavailable,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Host,
+        bridge_dispatch_started: false,
+        replay_safe: None,
+    })
+}
+
+/// Fits output, value and error into the cell's output budget and builds
+/// the result.
+fn finish(ending: Ending, output: OutputBuffer, budget: usize, telemetry: Telemetry) -> CellResult {
+    let entries = output.to_values();
+    let (value_json, error) = match &ending {
+        Ending::Completed { value_json } => (Some(value_json.as_str()), None),
+        Ending::Failed { error, .. } => (None, Some(error.as_str())),
+    };
+    let mut fitted = match output::fit_to_budget(budget, entries, value_json, error) {
+        Ok(f) => f,
+        Err(e) => {
+            return CellResult::Failed(Failed {
+                error: format!("code mode output limit exceeded: {e}"),
+                code: ErrorCode::OutputLimitExceeded,
+                output: Vec::new(),
+                telemetry,
+                failure_phase: FailurePhase::Host,
+                bridge_dispatch_started: false,
+                replay_safe: None,
+            })
+        }
+    };
+    let shortfall = output.stand_in_shortfall();
+    if shortfall > 0 && fitted.output_truncated {
+        if let Some(omitted) = fitted
+            .output
+            .last_mut()
+            .and_then(|e| e.pointer_mut("/value/omittedBytes"))
+        {
+            *omitted = Value::from(omitted.as_u64().unwrap_or(0) + shortfall as u64);
+        }
+    }
+    match ending {
+        Ending::Completed { .. } => CellResult::Completed(Completed {
+            value: fitted.value.unwrap_or(Value::Null),
+            warnings: Vec::new(),
+            output: fitted.output,
+            telemetry,
+            replay_safe: None,
+        }),
+        Ending::Failed { code, phase, .. } => CellResult::Failed(Failed {
+            error: fitted.error.unwrap_or_default(),
+            code,
+            output: fitted.output,
+            telemetry,
+            failure_phase: phase,
+            bridge_dispatch_started: false,
+            replay_safe: None,
+        }),
+    }
+}

@@ -1,0 +1,271 @@
+//! Limits and the TOML configuration file.
+//!
+//! Every limit documents its unit, scope and default. Values follow the
+//! contract's rule: a non-integer or non-positive value falls back to the
+//! default, a valid integer is clamped into the allowed range. Unknown keys
+//! and malformed files are errors that name the key or line.
+
+use crate::error::Error;
+use std::path::Path;
+
+/// Fuel allowance of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fuel {
+    /// At most this many units of Wasmtime fuel (roughly one per executed
+    /// wasm instruction) per call.
+    Limited(u64),
+    /// No fuel limit (`fuel = false`); fuel is still counted for telemetry.
+    Unlimited,
+}
+
+/// Default fuel per call: ten billion units — several seconds of busy
+/// JavaScript on this class of machine, so that with the default
+/// `timeoutMs` the wall clock normally ends a runaway loop first while the
+/// fuel cap stays a deterministic bound for metered hosts.
+pub const DEFAULT_FUEL: u64 = 10_000_000_000;
+
+/// Execution limits of a runtime (contract §6). Construct with
+/// [`Limits::default`] and adjust with the `with_*` setters, which clamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock budget of one call (`exec` or `wait`), in milliseconds.
+    /// Default 10,000; range 100–60,000.
+    pub timeout_ms: u64,
+    /// QuickJS heap limit of a cell, in bytes; also caps the cell's Wasm
+    /// linear memory at this value plus the runtime image and a quarter for
+    /// allocator overhead. Default 64 MiB; range 1 MiB–1 GiB.
+    pub memory_limit_bytes: u64,
+    /// Output budget of a cell, in bytes of compact JSON, shared by output,
+    /// value and error across all of the cell's calls. Default 65,536;
+    /// range 1,024–10,485,760.
+    pub max_output_bytes: u64,
+    /// Largest checkpoint of a parked cell, in bytes. Default 10 MiB; range
+    /// 1,024–268,435,456.
+    pub max_snapshot_bytes: u64,
+    /// Bridge requests in flight at the host per cell. Default 16; range 1–128.
+    pub max_pending_tool_calls: u64,
+    /// Idle lifetime of a parked cell, in seconds. Default 900; range 1–86,400.
+    pub snapshot_ttl_seconds: u64,
+    /// Default `catalog.search` limit. Default 8; range 1–`max_search_limit`.
+    pub search_default_limit: u64,
+    /// Cap of any search limit. Default 50; range 1–50.
+    pub max_search_limit: u64,
+    /// Fuel per call. Default [`DEFAULT_FUEL`]; a positive integer, or
+    /// `false` for unlimited.
+    pub fuel: Fuel,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeout_ms: 10_000,
+            memory_limit_bytes: 64 << 20,
+            max_output_bytes: 65_536,
+            max_snapshot_bytes: 10 << 20,
+            max_pending_tool_calls: 16,
+            snapshot_ttl_seconds: 900,
+            search_default_limit: 8,
+            max_search_limit: 50,
+            fuel: Fuel::Limited(DEFAULT_FUEL),
+        }
+    }
+}
+
+/// One limit key: its snake_case config name, range and accessor.
+struct Key {
+    name: &'static str,
+    min: u64,
+    max: u64,
+    field: fn(&mut Limits) -> &mut u64,
+}
+
+const KEYS: &[Key] = &[
+    Key { name: "timeout_ms", min: 100, max: 60_000, field: |l| &mut l.timeout_ms },
+    Key { name: "memory_limit_bytes", min: 1 << 20, max: 1 << 30, field: |l| &mut l.memory_limit_bytes },
+    Key { name: "max_output_bytes", min: 1_024, max: 10_485_760, field: |l| &mut l.max_output_bytes },
+    Key { name: "max_snapshot_bytes", min: 1_024, max: 268_435_456, field: |l| &mut l.max_snapshot_bytes },
+    Key { name: "max_pending_tool_calls", min: 1, max: 128, field: |l| &mut l.max_pending_tool_calls },
+    Key { name: "snapshot_ttl_seconds", min: 1, max: 86_400, field: |l| &mut l.snapshot_ttl_seconds },
+    Key { name: "search_default_limit", min: 1, max: 50, field: |l| &mut l.search_default_limit },
+    Key { name: "max_search_limit", min: 1, max: 50, field: |l| &mut l.max_search_limit },
+];
+
+impl Limits {
+    /// Sets a limit by its snake_case key from an integer, following the
+    /// contract: non-positive → default, otherwise clamped into range.
+    fn set_clamped(&mut self, key: &Key, value: Option<i64>) {
+        let default = *(key.field)(&mut Limits::default());
+        let v = match value {
+            Some(v) if v > 0 => (v as u64).clamp(key.min, key.max),
+            _ => default,
+        };
+        *(key.field)(self) = v;
+        self.search_default_limit = self.search_default_limit.min(self.max_search_limit);
+    }
+
+    fn set_by_name(&mut self, name: &str, value: Option<i64>) {
+        let key = KEYS.iter().find(|k| k.name == name).expect("known key");
+        self.set_clamped(key, value);
+    }
+
+    /// Sets `timeout_ms` (clamped to 100–60,000; non-positive → default).
+    pub fn with_timeout_ms(mut self, ms: i64) -> Self {
+        self.set_by_name("timeout_ms", Some(ms));
+        self
+    }
+    /// Sets `memory_limit_bytes` (clamped to 1 MiB–1 GiB).
+    pub fn with_memory_limit_bytes(mut self, bytes: i64) -> Self {
+        self.set_by_name("memory_limit_bytes", Some(bytes));
+        self
+    }
+    /// Sets `max_output_bytes` (clamped to 1,024–10,485,760).
+    pub fn with_max_output_bytes(mut self, bytes: i64) -> Self {
+        self.set_by_name("max_output_bytes", Some(bytes));
+        self
+    }
+    /// Sets `max_snapshot_bytes` (clamped to 1,024–268,435,456).
+    pub fn with_max_snapshot_bytes(mut self, bytes: i64) -> Self {
+        self.set_by_name("max_snapshot_bytes", Some(bytes));
+        self
+    }
+    /// Sets `max_pending_tool_calls` (clamped to 1–128).
+    pub fn with_max_pending_tool_calls(mut self, n: i64) -> Self {
+        self.set_by_name("max_pending_tool_calls", Some(n));
+        self
+    }
+    /// Sets `snapshot_ttl_seconds` (clamped to 1–86,400).
+    pub fn with_snapshot_ttl_seconds(mut self, s: i64) -> Self {
+        self.set_by_name("snapshot_ttl_seconds", Some(s));
+        self
+    }
+    /// Sets `max_search_limit` (clamped to 1–50); lowers
+    /// `search_default_limit` to it when needed.
+    pub fn with_max_search_limit(mut self, n: i64) -> Self {
+        self.set_by_name("max_search_limit", Some(n));
+        self
+    }
+    /// Sets `search_default_limit` (clamped to 1–`max_search_limit`).
+    pub fn with_search_default_limit(mut self, n: i64) -> Self {
+        self.set_by_name("search_default_limit", Some(n));
+        self
+    }
+    /// Sets the fuel allowance per call.
+    pub fn with_fuel(mut self, fuel: Fuel) -> Self {
+        self.fuel = match fuel {
+            Fuel::Limited(0) => Limits::default().fuel,
+            other => other,
+        };
+        self
+    }
+
+    /// The Wasm linear-memory cap of a cell whose runtime image is
+    /// `image_bytes`: image + heap limit + 25% allocator overhead.
+    pub(crate) fn linear_memory_cap(&self, image_bytes: usize) -> usize {
+        let heap = self.memory_limit_bytes as usize;
+        image_bytes + heap + heap / 4
+    }
+}
+
+/// The parsed configuration file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// The `[limits]` table.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// Reads and parses a TOML configuration file.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        Self::parse(&text).map_err(|e| match e {
+            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    /// Parses TOML configuration text.
+    ///
+    /// ```
+    /// let config = quickcell::Config::parse("[limits]\ntimeout_ms = 99999\n").unwrap();
+    /// assert_eq!(config.limits.timeout_ms, 60_000); // clamped
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::Config(format!("malformed TOML: {e}")))?;
+        let mut config = Config::default();
+        for (key, value) in &table {
+            match key.as_str() {
+                "limits" => {
+                    let limits = value
+                        .as_table()
+                        .ok_or_else(|| Error::Config("`limits` must be a table".into()))?;
+                    config.limits = parse_limits(limits)?;
+                }
+                other => {
+                    return Err(Error::Config(format!("unknown configuration key `{other}`")));
+                }
+            }
+        }
+        Ok(config)
+    }
+}
+
+fn parse_limits(table: &toml::Table) -> Result<Limits, Error> {
+    let mut limits = Limits::default();
+    // `max_search_limit` first, so `search_default_limit` is clamped to it.
+    let mut keys: Vec<(&String, &toml::Value)> = table.iter().collect();
+    keys.sort_by_key(|(k, _)| k.as_str() != "max_search_limit");
+    for (name, value) in keys {
+        if name == "fuel" {
+            limits.fuel = match value {
+                toml::Value::Boolean(false) => Fuel::Unlimited,
+                toml::Value::Integer(n) if *n > 0 => Fuel::Limited(*n as u64),
+                _ => Limits::default().fuel,
+            };
+            continue;
+        }
+        let key = KEYS.iter().find(|k| k.name == name.as_str()).ok_or_else(|| {
+            Error::Config(format!(
+                "unknown key `limits.{name}`; known keys: {}, fuel",
+                KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        limits.set_clamped(key, value.as_integer());
+    }
+    Ok(limits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clamps_and_defaults() {
+        let c = Config::parse(
+            "[limits]\ntimeout_ms = 5\nmemory_limit_bytes = -3\nmax_output_bytes = 2.5\nmax_search_limit = 3\nfuel = false\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.timeout_ms, 100);
+        assert_eq!(c.limits.memory_limit_bytes, 64 << 20);
+        assert_eq!(c.limits.max_output_bytes, 65_536);
+        assert_eq!(c.limits.max_search_limit, 3);
+        assert_eq!(c.limits.search_default_limit, 3);
+        assert_eq!(c.limits.fuel, Fuel::Unlimited);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::parse("[limits]\ntimeout = 5\n").unwrap_err().to_string();
+        assert!(e.contains("limits.timeout"), "{e}");
+        let e = Config::parse("[limitz]\n").unwrap_err().to_string();
+        assert!(e.contains("limitz"), "{e}");
+    }
+
+    #[test]
+    fn malformed_file_names_the_line() {
+        let e = Config::parse("[limits]\ntimeout_ms = = 3\n").unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+}

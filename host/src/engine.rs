@@ -1,0 +1,225 @@
+//! The process-wide Wasmtime engine and the pre-initialized guest module.
+//!
+//! Compile once, instantiate many: one [`wasmtime::Engine`] per process
+//! (fuel metering, epoch interruption, pooling allocator with copy-on-write
+//! memory images, async support), one pre-initialized guest module, and an
+//! [`InstancePre`] from which every cell gets a fresh instance in its own
+//! `Store`.
+//!
+//! Pre-initialization runs the guest's `wizer-initialize` export (QuickJS
+//! runtime creation and prelude evaluation) once, under wasmtime-wizer, and
+//! bakes the result into the module's data segments. A fresh cell is then
+//! only an instantiation. The compiled, pre-initialized module is cached on
+//! disk (see [`module_cache_dir`]), keyed by the guest's SHA-256 and
+//! Wasmtime's engine-compatibility hash, so later processes load it in well
+//! under a millisecond instead of compiling it again.
+
+use crate::abi::{self, CellState};
+use anyhow::{anyhow, Context as _, Result};
+use sha2::{Digest, Sha256};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, Store,
+};
+
+/// The guest module as built by `host/build.rs`.
+pub(crate) const GUEST_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.wasm"));
+
+/// SHA-256 of [`GUEST_WASM`], hex encoded. Snapshots and the module cache are
+/// keyed by it.
+pub(crate) const GUEST_SHA256: &str = env!("QUICKCELL_GUEST_SHA256");
+
+/// Interval of the epoch ticker. Deadlines are checked against the real
+/// clock at every tick, so this bounds how late a timeout is noticed.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+
+/// Maximum native (Cranelift) stack a cell may use, in bytes. QuickJS's own
+/// stack guard (in the guest) raises a catchable `RangeError` long before
+/// deep JavaScript recursion gets here.
+pub(crate) const MAX_WASM_STACK: usize = 8 << 20;
+
+/// Instances the pooling allocator can hold at once (running and
+/// instantiating cells; parked cells hold none).
+pub(crate) const POOL_INSTANCES: u32 = 256;
+
+/// Largest linear memory a cell can reach: the 1 GiB ceiling of
+/// `memoryLimitBytes` plus the runtime image and allocator overhead.
+pub(crate) const POOL_MAX_MEMORY_BYTES: usize = 1536 << 20;
+
+/// The engine, the pre-initialized module, and the linker shared by all
+/// runtimes of the process.
+pub(crate) struct SharedEngine {
+    pub engine: Engine,
+    pub instance_pre: InstancePre<CellState>,
+    /// Size of the pre-initialized linear memory, in bytes.
+    pub initial_memory_bytes: usize,
+    /// Whether the module was loaded from the on-disk cache.
+    pub from_cache: bool,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for SharedEngine {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+static SHARED: tokio::sync::OnceCell<Arc<SharedEngine>> = tokio::sync::OnceCell::const_new();
+
+/// Returns the process-wide engine, creating it (and loading or building the
+/// pre-initialized module) on first use.
+pub(crate) async fn shared() -> Result<Arc<SharedEngine>> {
+    SHARED
+        .get_or_try_init(|| async { SharedEngine::create().await.map(Arc::new) })
+        .await
+        .cloned()
+}
+
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.consume_fuel(true);
+    config.epoch_interruption(true);
+    config.max_wasm_stack(MAX_WASM_STACK);
+    config.async_stack_size(MAX_WASM_STACK + (1 << 20));
+    config.memory_init_cow(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_core_instances(POOL_INSTANCES)
+        .total_memories(POOL_INSTANCES)
+        .total_tables(POOL_INSTANCES)
+        .total_stacks(POOL_INSTANCES)
+        .max_memory_size(POOL_MAX_MEMORY_BYTES);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+/// Directory of the compiled-module cache: `$QUICKCELL_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/quickcell`, else `$HOME/.cache/quickcell`, else a
+/// `quickcell-cache` directory under the system temp dir.
+pub fn module_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("QUICKCELL_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("quickcell");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache/quickcell");
+    }
+    std::env::temp_dir().join("quickcell-cache")
+}
+
+impl SharedEngine {
+    async fn create() -> Result<Self> {
+        let engine = Engine::new(&engine_config())
+            .map_err(|e| anyhow!("cannot create the Wasmtime engine: {e}"))?;
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.clone(), stop_ticker.clone());
+        let mut linker: Linker<CellState> = Linker::new(&engine);
+        abi::add_to_linker(&mut linker)?;
+
+        let cache_path = module_cache_dir().join(format!("guest-{}.cwasm", cache_key(&engine)));
+        let (module, from_cache) = match load_cached(&engine, &cache_path) {
+            Some(module) => (module, true),
+            None => {
+                let module = preinitialize(&engine, &linker).await?;
+                store_cached(&module, &cache_path);
+                (module, false)
+            }
+        };
+        let initial_memory_bytes = module
+            .exports()
+            .find_map(|e| e.ty().memory().map(|m| m.minimum() as usize * 65536))
+            .ok_or_else(|| anyhow!("the guest module exports no memory"))?;
+        let instance_pre = linker
+            .instantiate_pre(&module)
+            .map_err(|e| anyhow!("cannot link the guest module: {e}"))?;
+        Ok(Self {
+            engine,
+            instance_pre,
+            initial_memory_bytes,
+            from_cache,
+            stop_ticker,
+        })
+    }
+}
+
+fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("quickcell-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawn the epoch ticker thread");
+}
+
+fn cache_key(engine: &Engine) -> String {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let engine_hash = hasher.finish();
+    let mut digest = Sha256::new();
+    digest.update(GUEST_SHA256.as_bytes());
+    digest.update(engine_hash.to_le_bytes());
+    digest.update(b"preinit-v1");
+    digest.finalize()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn load_cached(engine: &Engine, path: &PathBuf) -> Option<Module> {
+    if !path.exists() {
+        return None;
+    }
+    // SAFETY: the file was written by `store_cached` from `Module::serialize`
+    // of this very engine configuration (the key includes Wasmtime's
+    // compatibility hash); Wasmtime re-checks the header and version. The
+    // cache directory must be writable only by the user running quickcell.
+    match unsafe { Module::deserialize_file(engine, path) } {
+        Ok(module) => Some(module),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "discarding unusable module cache entry");
+            let _ = std::fs::remove_file(path);
+            None
+        }
+    }
+}
+
+fn store_cached(module: &Module, path: &PathBuf) {
+    let write = || -> Result<()> {
+        let bytes = module.serialize().map_err(|e| anyhow!("{e}"))?;
+        let dir = path.parent().context("cache path has no parent")?;
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), uuid::Uuid::new_v4()));
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    };
+    if let Err(e) = write() {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache");
+    }
+}
+
+/// Runs the guest's initialization once under wasmtime-wizer and compiles
+/// the resulting pre-initialized module.
+async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Module> {
+    let mut store = Store::new(engine, CellState::for_preinit());
+    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
+    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
+    let wizer = wasmtime_wizer::Wizer::new();
+    let initialized = wizer
+        .run(&mut store, GUEST_WASM, async |store, module| {
+            linker.instantiate_async(store, module).await
+        })
+        .await
+        .map_err(|e| anyhow!("pre-initializing the guest failed: {e:?}"))?;
+    Module::new(engine, &initialized).map_err(|e| anyhow!("compiling the pre-initialized guest failed: {e}"))
+}

@@ -1,0 +1,43 @@
+//! The public error type of the library boundary.
+
+/// What went wrong, as a Rust error.
+///
+/// Cell failures are reported to callers as [`crate::CellResult::Failed`]
+/// (the contract's result union); [`crate::CellResult::into_value`] turns a
+/// failed result into one of these variants. Runtime construction and
+/// configuration loading return this type directly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Bad `exec` / `wait` arguments or rejected source (`invalid_input`).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The call's wall-clock deadline passed (`timeout`).
+    #[error("code mode timeout exceeded")]
+    Timeout,
+    /// The call's fuel allowance ran out (`fuel_exhausted`).
+    #[error("code mode fuel exhausted")]
+    FuelExhausted,
+    /// The cell hit its memory cap (`memory_limit_exceeded`).
+    #[error("code mode memory limit exceeded")]
+    MemoryLimitExceeded,
+    /// A checkpoint exceeded `maxSnapshotBytes` (`snapshot_limit_exceeded`).
+    #[error("code mode snapshot limit exceeded")]
+    SnapshotLimitExceeded,
+    /// The result cannot be serialized within limits (`output_limit_exceeded`).
+    #[error("output limit exceeded: {0}")]
+    OutputLimitExceeded(String),
+    /// The run was cancelled (`aborted`).
+    #[error("code mode execution aborted")]
+    Aborted,
+    /// The Wasmtime engine, guest module or instance could not be created
+    /// (`runtime_unavailable`).
+    #[error("runtime unavailable: {0}")]
+    RuntimeUnavailable(String),
+    /// An uncaught guest error or host fault (`internal_error`); the text is
+    /// the contract's `error` string.
+    #[error("{0}")]
+    Internal(String),
+    /// A configuration file or value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}

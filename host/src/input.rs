@@ -1,0 +1,170 @@
+//! `exec` input validation (contract §2): title rules, the `code` /
+//! `command` alias, retired fields and boolean flags.
+//!
+//! Decisions on the contract's open points:
+//! - `title` is limited to 120 Unicode code points (not UTF-16 units).
+//! - `awaitResults` that is not a boolean is rejected with
+//!   `awaitResults must be a boolean.`
+//! - A bad title is rejected with
+//!   `title must be a non-empty string of at most 120 characters.`
+
+use serde_json::{Map, Value};
+
+/// Most characters (Unicode code points) a title may have.
+pub const MAX_TITLE_CHARS: usize = 120;
+
+/// A validated `exec` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecInput {
+    /// Short intent shown to people; not executed.
+    pub title: String,
+    /// The JavaScript source: the body of an async function.
+    pub code: String,
+    /// Replay after a restart was requested (contract §11).
+    pub restart_safe: bool,
+    /// Keep the call open until results settle (contract §9.5).
+    pub await_results: bool,
+}
+
+impl ExecInput {
+    /// An input with the given title and code and both flags off.
+    pub fn new(title: impl Into<String>, code: impl Into<String>) -> Self {
+        Self {
+            title: title.into(),
+            code: code.into(),
+            restart_safe: false,
+            await_results: false,
+        }
+    }
+
+    /// Validates raw `exec` arguments (a JSON object as a model or MCP
+    /// client sends them). Errors carry the contract's exact text.
+    pub fn from_json(args: &Value) -> Result<Self, String> {
+        let empty = Map::new();
+        let obj = args.as_object().unwrap_or(&empty);
+        if obj.contains_key("language") || obj.contains_key("typecheck") {
+            return Err("Code Mode accepts JavaScript only. Remove language and typecheck; use API.read(...) for tool types.".into());
+        }
+        let code = alias_field(obj.get("code"))?;
+        let command = alias_field(obj.get("command"))?;
+        let source = match (code, command) {
+            (Some(c), Some(m)) if c != m => {
+                return Err("code and command must match when both are provided.".into())
+            }
+            (_, Some(m)) => m,
+            (Some(c), None) => c,
+            (None, None) => return Err("code or command must be a non-empty string.".into()),
+        };
+        let restart_safe = bool_field(obj.get("restartSafe"), "restartSafe")?;
+        let await_results = bool_field(obj.get("awaitResults"), "awaitResults")?;
+        let title = match obj.get("title") {
+            Some(Value::String(t)) => t.clone(),
+            _ => return Err(TITLE_ERROR.into()),
+        };
+        let input = ExecInput {
+            title,
+            code: source,
+            restart_safe,
+            await_results,
+        };
+        input.validate()?;
+        Ok(input)
+    }
+
+    /// Checks the title rules and that the code is non-blank.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.title.trim().is_empty() || self.title.chars().count() > MAX_TITLE_CHARS {
+            return Err(TITLE_ERROR.into());
+        }
+        if self.code.trim().is_empty() {
+            return Err("code or command must be a non-empty string.".into());
+        }
+        Ok(())
+    }
+}
+
+const TITLE_ERROR: &str = "title must be a non-empty string of at most 120 characters.";
+
+/// A blank alias counts as absent; a non-string populated alias is invalid
+/// (fail closed).
+fn alias_field(v: Option<&Value>) -> Result<Option<String>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err("code or command must be a non-empty string.".into()),
+    }
+}
+
+fn bool_field(v: Option<&Value>, name: &str) -> Result<bool, String> {
+    match v {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(format!("{name} must be a boolean.")),
+    }
+}
+
+/// A title derived from the source when the caller gave none: the first
+/// non-blank line, whitespace collapsed, cut to 60 characters.
+pub fn title_from_source(code: &str) -> String {
+    let line = code.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("cell");
+    let collapsed: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut title: String = collapsed.chars().take(60).collect();
+    if collapsed.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn alias_rules() {
+        let ok = ExecInput::from_json(&json!({"title":"t","code":"return 1","command":"return 1"})).unwrap();
+        assert_eq!(ok.code, "return 1");
+        let ok = ExecInput::from_json(&json!({"title":"t","code":"  ","command":"return 2"})).unwrap();
+        assert_eq!(ok.code, "return 2");
+        assert_eq!(
+            ExecInput::from_json(&json!({"title":"t","code":"a","command":"b"})).unwrap_err(),
+            "code and command must match when both are provided."
+        );
+        assert_eq!(
+            ExecInput::from_json(&json!({"title":"t","code":" "})).unwrap_err(),
+            "code or command must be a non-empty string."
+        );
+        assert_eq!(
+            ExecInput::from_json(&json!({"title":"t","code":5})).unwrap_err(),
+            "code or command must be a non-empty string."
+        );
+    }
+
+    #[test]
+    fn retired_fields_and_flags() {
+        assert!(ExecInput::from_json(&json!({"title":"t","code":"1","language":"ts"}))
+            .unwrap_err()
+            .starts_with("Code Mode accepts JavaScript only."));
+        assert!(ExecInput::from_json(&json!({"title":"t","code":"1","typecheck":false})).is_err());
+        assert_eq!(
+            ExecInput::from_json(&json!({"title":"t","code":"1","restartSafe":"yes"})).unwrap_err(),
+            "restartSafe must be a boolean."
+        );
+        assert_eq!(
+            ExecInput::from_json(&json!({"title":"t","code":"1","awaitResults":1})).unwrap_err(),
+            "awaitResults must be a boolean."
+        );
+    }
+
+    #[test]
+    fn title_rules() {
+        assert!(ExecInput::from_json(&json!({"code":"1"})).is_err());
+        assert!(ExecInput::from_json(&json!({"title":"   ","code":"1"})).is_err());
+        let t120: String = "é".repeat(120);
+        assert!(ExecInput::from_json(&json!({"title":t120,"code":"1"})).is_ok());
+        let t121: String = "é".repeat(121);
+        assert!(ExecInput::from_json(&json!({"title":t121,"code":"1"})).is_err());
+        assert_eq!(title_from_source("\n  const x =   1;\nreturn x"), "const x = 1;");
+    }
+}

@@ -1,0 +1,76 @@
+//! quickcell runs model-written JavaScript "cells" in QuickJS compiled to
+//! WebAssembly, under Wasmtime, with deterministic fuel metering and memory
+//! limits.
+//!
+//! ```no_run
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), quickcell::Error> {
+//! use quickcell::{ExecInput, Limits, Runtime};
+//!
+//! let runtime = Runtime::builder()
+//!     .limits(Limits::default().with_timeout_ms(2_000))
+//!     .build()
+//!     .await?;
+//! let result = runtime
+//!     .exec(ExecInput::new("add numbers", "text('adding'); return 1 + 1;"))
+//!     .await;
+//! println!("{}", result.to_json());
+//! assert_eq!(result.into_value()?, serde_json::json!(2));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A cell is the body of an async function: top-level `await` and `return`
+//! work, and the returned value comes back after a safe projection to JSON.
+//! Results follow the contract's union (`completed` / `failed`, see
+//! [`CellResult`]), with output entries, telemetry (including the
+//! deterministic `fuelUsed`), `failurePhase` and `bridgeDispatchStarted`.
+//!
+//! # Design
+//!
+//! - One Wasmtime engine per process; the guest is pre-initialized once
+//!   (wasmtime-wizer) and the compiled module is cached on disk, so a cell
+//!   is an instantiation from a copy-on-write image plus a fresh `Store`.
+//! - Guest and host talk through the WIT world in `wit/bridge.wit`, spoken
+//!   over a core module so the guest's linear memory stays visible.
+//! - Limits ([`Limits`]) are enforced by type: epoch deadline → `timeout`,
+//!   fuel → `fuel_exhausted`, heap / linear-memory cap →
+//!   `memory_limit_exceeded`; deep recursion raises a catchable
+//!   `RangeError`. See the `cell` module docs for the exact mapping.
+//! - Source is checked on the host before any guest code runs: shell-shaped
+//!   input, syntax errors (with `line:column`) and module access (`require`,
+//!   `import()`), using the oxc JavaScript parser.
+
+mod abi;
+mod cell;
+mod channel;
+mod config;
+mod engine;
+mod error;
+mod input;
+mod output;
+mod result;
+mod runtime;
+mod source;
+
+pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
+pub use engine::module_cache_dir;
+pub use error::Error;
+pub use input::{title_from_source, ExecInput, MAX_TITLE_CHARS};
+pub use result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, SourceCounts, Telemetry};
+pub use runtime::{Runtime, RuntimeBuilder};
+
+/// Guest internals exposed for tests and benchmarks; not a stable API.
+#[doc(hidden)]
+pub mod testing {
+    /// The embedded guest module as built (before pre-initialization).
+    pub fn guest_wasm() -> &'static [u8] {
+        crate::engine::GUEST_WASM
+    }
+
+    /// Checks the guest's module shape (one mutable global, fixed table,
+    /// expected imports only).
+    pub fn check_guest_module_shape(wasm: &[u8]) -> Result<(), String> {
+        crate::abi::check_module_shape(wasm).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,844 @@
+//! The per-cell output budget and truncation (contract.md §10).
+//!
+//! [`fit_to_budget`] takes what one result wants to deliver — undelivered
+//! output entries, the final value, the error — and the remaining budget
+//! `B = maxOutputBytes − bytes delivered by earlier results of the cell`, and
+//! returns what fits ([`Fitted`]). The caller adds [`Fitted::used_bytes`] to
+//! the cell's delivered total.
+//!
+//! # Units
+//!
+//! Everything is measured in UTF-8 bytes of compact JSON as `serde_json`
+//! writes it (contract §0):
+//!
+//! - `O` = the sum, over the undelivered entries, of each entry's compact JSON
+//!   (`{"type":"text","text":"…"}`); the array's brackets and commas are not
+//!   counted. No entries → `O = 0`.
+//! - `V` = the value's compact JSON. The value arrives as JSON text; it is
+//!   parsed and re-serialized so that `V` is exactly what the caller will
+//!   emit (e.g. `1e+21` becomes `1e21`). JavaScript's well-formed
+//!   `JSON.stringify` may escape lone surrogates (`"\ud800"`), which Rust
+//!   strings cannot hold: such escapes are replaced with `\ufffd` before
+//!   parsing. That is a projection of the data, not a cut; cutting itself
+//!   never produces U+FFFD.
+//! - `E` = the error string as a JSON string literal (quotes and escapes
+//!   included).
+//!
+//! # Allowances (contract §10.1–10.3)
+//!
+//! 1. Error allowance `B − min(O + V, ⌊B/2⌋)`. A longer error keeps its
+//!    longest safe-cut prefix followed by ` [error truncated]`. If even the
+//!    suffix does not fit, the error is the longest safe-cut prefix that fits
+//!    without it (possibly `""`); if not even `""` fits, fitting fails.
+//! 2. `R = B − usedError`; output allowance `R − min(V, ⌊R/2⌋)`.
+//! 3. Value allowance `R − usedOutput`.
+//!
+//! An item exactly at its allowance is kept; one byte over and it becomes a
+//! truncation marker ([`truncation_marker`]):
+//! `{"truncated":true,"omittedBytes":n,"guidance":"Output truncated; rerun
+//! with narrower args.","prefix":"…"}`. `prefix` is the longest prefix of the
+//! item's JSON text that lets the serialized marker fit the allowance,
+//! measured on the prefix's *escaped* form inside the marker, so a string of
+//! quotes, control characters or emoji keeps as much as fits rather than
+//! collapsing. The prefix is cut between JSON *atoms* — a whole escape
+//! sequence (`\"`, `\n`, `\u001f`, a surrogate pair `\ud83d\ude00`) or one
+//! code point — so it never splits an escape or a code point.
+//! `omittedBytes = item bytes − prefix bytes` (bytes of the item's JSON text).
+//!
+//! **Overflowing output** (`O` over its allowance): the longest run of
+//! leading entries is kept whole as long as a summary marker for the rest
+//! still fits after them; the rest becomes one entry
+//! `{"type":"json","value":<marker>}` whose item text is the compact JSON
+//! array of the omitted entries. The marker appears only in the result that
+//! drops output, so it is never repeated while nothing new overflows. If not
+//! even a marker with an empty prefix fits, the leading entries that fit are
+//! kept and the rest is dropped silently ([`Fitted::output_truncated`] tells
+//! the caller).
+//!
+//! **Value**: if the value's marker cannot fit (tiny remaining budgets),
+//! [`fit_to_budget`] returns [`FitError::OutputLimitExceeded`] so the caller
+//! can fail with `output_limit_exceeded`. Invariant: `used_bytes ≤ B` on
+//! every `Ok`.
+
+use serde_json::{json, Value};
+
+/// `guidance` of every truncation marker.
+pub const TRUNCATION_GUIDANCE: &str = "Output truncated; rerun with narrower args.";
+
+/// Suffix of a truncated error.
+pub const ERROR_TRUNCATED_SUFFIX: &str = " [error truncated]";
+
+/// Bytes an entry `{"type":"json","value":X}` adds around `X`.
+const JSON_ENTRY_OVERHEAD: usize = r#"{"type":"json","value":}"#.len();
+
+/// What fits in the budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    /// Output entries to deliver (leading entries, maybe a summary marker).
+    pub output: Vec<Value>,
+    /// The value, or its truncation marker; `None` when no value was given.
+    pub value: Option<Value>,
+    /// The error, possibly cut and suffixed; `None` when none was given.
+    pub error: Option<String>,
+    /// Bytes used by `output` (sum of entries), `value` and `error` (as JSON
+    /// string); never more than the budget.
+    pub used_bytes: usize,
+    /// Output entries were replaced by a summary marker or dropped.
+    pub output_truncated: bool,
+    /// The value was replaced by a truncation marker.
+    pub value_truncated: bool,
+    /// The error was cut.
+    pub error_truncated: bool,
+}
+
+/// Why a result could not be fitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FitError {
+    /// Not even the smallest representation (a marker with an empty prefix,
+    /// an empty error string) fits: fail with `output_limit_exceeded`.
+    OutputLimitExceeded,
+    /// `value_json` is not JSON (a host bug, not a guest error).
+    InvalidValueJson(String),
+}
+
+impl std::fmt::Display for FitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OutputLimitExceeded => f.write_str("result does not fit the output budget"),
+            Self::InvalidValueJson(message) => write!(f, "value is not valid JSON: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for FitError {}
+
+/// Fits undelivered output, the value (compact JSON text) and the error into
+/// `budget` bytes, per contract §10 and the module documentation.
+///
+/// # Errors
+///
+/// [`FitError::OutputLimitExceeded`] when not even the smallest form of the
+/// value or error fits; [`FitError::InvalidValueJson`] when `value_json` is
+/// not JSON.
+pub fn fit_to_budget(
+    budget: usize,
+    output: Vec<Value>,
+    value_json: Option<&str>,
+    error: Option<&str>,
+) -> Result<Fitted, FitError> {
+    let value = value_json.map(canonical_value).transpose()?;
+    let entry_lens: Vec<usize> = output.iter().map(json_len).collect();
+    let o: usize = entry_lens.iter().sum();
+    let v = value.as_ref().map_or(0, |(_, text)| text.len());
+
+    // 1. Error.
+    let (error, used_error, error_truncated) = match error {
+        None => (None, 0, false),
+        Some(error) => {
+            let allowance = budget - (o.saturating_add(v)).min(budget / 2);
+            let len = json_string_len(error);
+            if len <= allowance {
+                (Some(error.to_owned()), len, false)
+            } else {
+                let cut = truncate_error(error, allowance).ok_or(FitError::OutputLimitExceeded)?;
+                let len = json_string_len(&cut);
+                (Some(cut), len, true)
+            }
+        }
+    };
+    let r = budget - used_error;
+
+    // 2. Output.
+    let output_allowance = r - v.min(r / 2);
+    let (output, used_output, output_truncated) = if o <= output_allowance {
+        (output, o, false)
+    } else {
+        let (kept, used) = summarize_output(output, &entry_lens, output_allowance);
+        (kept, used, true)
+    };
+
+    // 3. Value.
+    let value_allowance = r - used_output;
+    let (value, used_value, value_truncated) = match value {
+        None => (None, 0, false),
+        Some((value, text)) if text.len() <= value_allowance => (Some(value), text.len(), false),
+        Some((_, text)) => {
+            let marker =
+                truncation_marker(&text, value_allowance).ok_or(FitError::OutputLimitExceeded)?;
+            let len = json_len(&marker);
+            (Some(marker), len, true)
+        }
+    };
+
+    let used_bytes = used_error + used_output + used_value;
+    debug_assert!(used_bytes <= budget);
+    Ok(Fitted {
+        output,
+        value,
+        error,
+        used_bytes,
+        output_truncated,
+        value_truncated,
+        error_truncated,
+    })
+}
+
+/// The longest prefix of `s` of at most `max_bytes` bytes that ends on a
+/// code point boundary.
+pub fn safe_cut_utf8(s: &str, max_bytes: usize) -> &str {
+    if max_bytes >= s.len() {
+        return s;
+    }
+    let mut end = max_bytes;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A truncation marker for an item whose compact JSON text is `item_json`,
+/// with the longest prefix that keeps the serialized marker within
+/// `allowance` bytes. `None` if not even an empty prefix fits.
+pub fn truncation_marker(item_json: &str, allowance: usize) -> Option<Value> {
+    let total = item_json.len();
+    // Marker bytes without the digits of omittedBytes and the prefix text.
+    let base = json_len(&marker(0, "")) - 1;
+    let fits = |prefix_bytes: usize, escaped: usize| {
+        base + digits(total - prefix_bytes) + escaped <= allowance
+    };
+    if !fits(0, 0) {
+        return None;
+    }
+    let mut best = 0;
+    let mut prefix_bytes = 0;
+    let mut escaped = 0;
+    for (atom_bytes, atom_escaped) in json_atoms(item_json) {
+        prefix_bytes += atom_bytes;
+        escaped += atom_escaped;
+        if base + 1 + escaped > allowance {
+            break;
+        }
+        if fits(prefix_bytes, escaped) {
+            best = prefix_bytes;
+        }
+    }
+    Some(marker(total - best, &item_json[..best]))
+}
+
+/// Compact JSON size of a value in bytes.
+pub fn json_len(value: &Value) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Serializing a `Value` into an infallible writer cannot fail.
+    let _ = serde_json::to_writer(&mut counter, value);
+    counter.0
+}
+
+/// Size of `s` as a JSON string literal, quotes included.
+pub fn json_string_len(s: &str) -> usize {
+    2 + s.chars().map(escaped_char_len).sum::<usize>()
+}
+
+fn marker(omitted: usize, prefix: &str) -> Value {
+    json!({
+        "truncated": true,
+        "omittedBytes": omitted,
+        "guidance": TRUNCATION_GUIDANCE,
+        "prefix": prefix,
+    })
+}
+
+fn digits(mut n: usize) -> usize {
+    let mut count = 1;
+    while n >= 10 {
+        n /= 10;
+        count += 1;
+    }
+    count
+}
+
+/// Bytes `c` takes inside a JSON string written by `serde_json`.
+fn escaped_char_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// Splits JSON text into atoms that may not be cut: an escape sequence
+/// (a `\uXXXX\uXXXX` surrogate pair is one atom) or one code point. Yields
+/// `(bytes in the text, bytes once escaped inside a JSON string)`.
+fn json_atoms(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let c = rest.chars().next()?;
+        let len = if c == '\\' {
+            escape_len(rest)
+        } else {
+            c.len_utf8()
+        };
+        let (atom, tail) = rest.split_at(len);
+        rest = tail;
+        Some((len, atom.chars().map(escaped_char_len).sum()))
+    })
+}
+
+/// Length of the escape sequence at the start of `s` (which starts with `\`).
+fn escape_len(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    match bytes.get(1) {
+        Some(b'u') if s.len() >= 6 && s.is_char_boundary(6) => {
+            let high = u16::from_str_radix(&s[2..6], 16).ok();
+            let pair = s.len() >= 12
+                && s.is_char_boundary(12)
+                && high.is_some_and(|h| (0xD800..0xDC00).contains(&h))
+                && &s[6..8] == "\\u"
+                && u16::from_str_radix(&s[8..12], 16).is_ok_and(|l| (0xDC00..0xE000).contains(&l));
+            if pair {
+                12
+            } else {
+                6
+            }
+        }
+        Some(_) => 1 + s[1..].chars().next().map_or(0, char::len_utf8),
+        None => 1,
+    }
+}
+
+/// Cuts `error` to fit `allowance` bytes as a JSON string (see module docs).
+fn truncate_error(error: &str, allowance: usize) -> Option<String> {
+    if allowance < 2 {
+        return None;
+    }
+    let suffix_len = json_string_len(ERROR_TRUNCATED_SUFFIX) - 2;
+    let (room, suffix) = if allowance >= 2 + suffix_len {
+        (allowance - 2 - suffix_len, ERROR_TRUNCATED_SUFFIX)
+    } else {
+        (allowance - 2, "")
+    };
+    let mut used = 0;
+    let mut end = 0;
+    for (i, c) in error.char_indices() {
+        let len = escaped_char_len(c);
+        if used + len > room {
+            break;
+        }
+        used += len;
+        end = i + c.len_utf8();
+    }
+    let mut cut = String::with_capacity(end + suffix.len());
+    cut.push_str(&error[..end]);
+    cut.push_str(suffix);
+    Some(cut)
+}
+
+/// Keeps leading entries and summarizes the rest in one marker entry.
+/// Returns the entries and their total size.
+fn summarize_output(
+    mut output: Vec<Value>,
+    lens: &[usize],
+    allowance: usize,
+) -> (Vec<Value>, usize) {
+    let base = json_len(&marker(0, "")) - 1 + JSON_ENTRY_OVERHEAD;
+    let n = lens.len();
+    // Size of the JSON array text of entries k.. : sum + brackets + commas.
+    let mut suffix_sums = vec![0usize; n + 1];
+    for k in (0..n).rev() {
+        suffix_sums[k] = suffix_sums[k + 1] + lens[k];
+    }
+    let rest_text_len = |k: usize| suffix_sums[k] + 2 + (n - k).saturating_sub(1);
+    let mut kept_sum = 0;
+    let mut best_k = None;
+    for (k, &len) in lens.iter().enumerate() {
+        if kept_sum + base + digits(rest_text_len(k)) <= allowance {
+            best_k = Some(k);
+        }
+        kept_sum += len;
+        if kept_sum > allowance {
+            break;
+        }
+    }
+    let Some(k) = best_k else {
+        // Not even a marker fits: keep whole leading entries that fit.
+        let mut used = 0;
+        let keep = lens
+            .iter()
+            .take_while(|&&len| {
+                used += len;
+                used <= allowance
+            })
+            .count();
+        output.truncate(keep);
+        let used = lens[..keep].iter().sum();
+        return (output, used);
+    };
+    let rest = output.split_off(k);
+    let kept_len: usize = lens[..k].iter().sum();
+    let rest_text = serde_json::to_string(&Value::Array(rest)).unwrap_or_default();
+    let marker_allowance = allowance - kept_len - JSON_ENTRY_OVERHEAD;
+    if let Some(marker) = truncation_marker(&rest_text, marker_allowance) {
+        let entry = json!({ "type": "json", "value": marker });
+        let used = kept_len + json_len(&entry);
+        output.push(entry);
+        (output, used)
+    } else {
+        (output, kept_len)
+    }
+}
+
+/// Parses JSON text produced by the guest's `JSON.stringify`, replacing
+/// escaped lone surrogates (which Rust strings cannot hold) with U+FFFD.
+pub(crate) fn parse_guest_json(text: &str) -> Result<Value, FitError> {
+    canonical_value(text).map(|(value, _)| value)
+}
+
+/// Parses value JSON and returns it with its canonical compact text.
+fn canonical_value(text: &str) -> Result<(Value, String), FitError> {
+    let value = match serde_json::from_str::<Value>(text) {
+        Ok(value) => value,
+        Err(first) => serde_json::from_str::<Value>(&replace_lone_surrogates(text))
+            .map_err(|_| FitError::InvalidValueJson(first.to_string()))?,
+    };
+    let canonical =
+        serde_json::to_string(&value).map_err(|e| FitError::InvalidValueJson(e.to_string()))?;
+    Ok((value, canonical))
+}
+
+/// Replaces `\uD800`–`\uDFFF` escapes that are not part of a valid pair
+/// with `\ufffd`.
+fn replace_lone_surrogates(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find('\\') {
+        out.push_str(&rest[..pos]);
+        rest = &rest[pos..];
+        let len = escape_len(rest);
+        let atom = &rest[..len];
+        let lone = len == 6
+            && atom.as_bytes()[1] == b'u'
+            && u16::from_str_radix(&atom[2..6], 16).is_ok_and(|u| (0xD800..0xE000).contains(&u));
+        out.push_str(if lone { "\\ufffd" } else { atom });
+        rest = &rest[len..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_entry(text: &str) -> Value {
+        json!({ "type": "text", "text": text })
+    }
+
+    fn string_json(s: &str) -> String {
+        serde_json::to_string(s).unwrap()
+    }
+
+    fn total(fitted: &Fitted) -> usize {
+        fitted.output.iter().map(json_len).sum::<usize>()
+            + fitted.value.as_ref().map_or(0, json_len)
+            + fitted.error.as_deref().map_or(0, json_string_len)
+    }
+
+    fn assert_marker(value: &Value, original: &str) -> String {
+        assert_eq!(value["truncated"], json!(true));
+        assert_eq!(value["guidance"], json!(TRUNCATION_GUIDANCE));
+        let prefix = value["prefix"].as_str().unwrap().to_owned();
+        assert!(original.starts_with(&prefix), "prefix is not a prefix");
+        assert_eq!(
+            value["omittedBytes"].as_u64().unwrap() as usize,
+            original.len() - prefix.len()
+        );
+        assert!(!prefix.contains('\u{fffd}'));
+        prefix
+    }
+
+    /// Largest atom-boundary prefix that fits, by brute force.
+    fn brute_force_best(item: &str, allowance: usize) -> Option<usize> {
+        let mut boundaries = vec![0];
+        let mut at = 0;
+        for (len, _) in json_atoms(item) {
+            at += len;
+            boundaries.push(at);
+        }
+        boundaries
+            .into_iter()
+            // A prefix's escaped form is never shorter than the prefix.
+            .filter(|&p| p <= allowance)
+            .filter(|&p| json_len(&marker(item.len() - p, &item[..p])) <= allowance)
+            .max()
+    }
+
+    #[test]
+    fn contract_example_6_oversized_string() {
+        let value = string_json(&"x".repeat(2048));
+        let fitted = fit_to_budget(1024, vec![], Some(&value), None).unwrap();
+        assert!(fitted.value_truncated);
+        let marker = fitted.value.as_ref().unwrap();
+        let prefix = assert_marker(marker, &value);
+        assert!(prefix.starts_with("\"xxx"));
+        assert!(prefix.len() > 800, "prefix too short: {}", prefix.len());
+        assert!(json_len(marker) <= 1024);
+        assert_eq!(fitted.used_bytes, json_len(marker));
+        assert!(fitted.used_bytes <= 1024);
+        assert_eq!(total(&fitted), fitted.used_bytes);
+    }
+
+    #[test]
+    fn value_exact_fit_and_one_byte_over() {
+        let value = string_json(&"v".repeat(300));
+        let v = value.len();
+        let fitted = fit_to_budget(v, vec![], Some(&value), None).unwrap();
+        assert!(!fitted.value_truncated);
+        assert_eq!(fitted.value, Some(json!("v".repeat(300))));
+        assert_eq!(fitted.used_bytes, v);
+
+        let fitted = fit_to_budget(v - 1, vec![], Some(&value), None).unwrap();
+        assert!(fitted.value_truncated);
+        assert_marker(fitted.value.as_ref().unwrap(), &value);
+        assert!(fitted.used_bytes < v);
+    }
+
+    #[test]
+    fn output_exact_fit_and_one_byte_over() {
+        let output = vec![text_entry(&"a".repeat(200)), text_entry(&"b".repeat(200))];
+        let o: usize = output.iter().map(json_len).sum();
+        let fitted = fit_to_budget(o, output.clone(), None, None).unwrap();
+        assert!(!fitted.output_truncated);
+        assert_eq!(fitted.output, output);
+        assert_eq!(fitted.used_bytes, o);
+
+        let fitted = fit_to_budget(o - 1, output.clone(), None, None).unwrap();
+        assert!(fitted.output_truncated);
+        assert!(fitted.used_bytes < o);
+        let last = fitted.output.last().unwrap();
+        assert_eq!(last["type"], json!("json"));
+        assert_eq!(last["value"]["truncated"], json!(true));
+    }
+
+    #[test]
+    fn error_exact_fit_and_one_byte_over() {
+        let error = "Error: boom";
+        let e = json_string_len(error);
+        let fitted = fit_to_budget(e, vec![], None, Some(error)).unwrap();
+        assert_eq!(fitted.error.as_deref(), Some(error));
+        assert!(!fitted.error_truncated);
+        let long = format!("Error: {}", "z".repeat(100));
+        let e = json_string_len(&long);
+        let fitted = fit_to_budget(e - 1, vec![], None, Some(&long)).unwrap();
+        let cut = fitted.error.unwrap();
+        assert!(fitted.error_truncated);
+        assert!(cut.starts_with("Error: zzz"));
+        assert!(cut.ends_with(ERROR_TRUNCATED_SUFFIX));
+        assert_eq!(json_string_len(&cut), e - 1);
+    }
+
+    #[test]
+    fn empty_output_costs_nothing() {
+        let fitted = fit_to_budget(0, vec![], None, None).unwrap();
+        assert_eq!(fitted.used_bytes, 0);
+        assert!(fitted.output.is_empty());
+        assert_eq!(fitted.value, None);
+        assert_eq!(fitted.error, None);
+        let fitted = fit_to_budget(4, vec![], Some("null"), None).unwrap();
+        assert_eq!(fitted.value, Some(Value::Null));
+        assert_eq!(fitted.used_bytes, 4);
+    }
+
+    #[test]
+    fn emoji_and_cjk_are_cut_on_code_points() {
+        for unit in ["😀", "漢字", "é", "a😀b"] {
+            let original = unit.repeat(700);
+            let value = string_json(&original);
+            for budget in [200, 333, 517, 1024, 1025, 1026, 1027] {
+                let fitted = fit_to_budget(budget, vec![], Some(&value), None).unwrap();
+                let marker = fitted.value.as_ref().unwrap();
+                let prefix = assert_marker(marker, &value);
+                assert!(value.is_char_boundary(prefix.len()));
+                assert!(json_len(marker) <= budget);
+                assert_eq!(
+                    Some(prefix.len()),
+                    brute_force_best(&value, budget),
+                    "{unit} {budget}"
+                );
+            }
+        }
+        let output = vec![text_entry(&"中文😀".repeat(500))];
+        let fitted = fit_to_budget(1024, output, None, None).unwrap();
+        assert!(fitted.used_bytes <= 1024);
+        let prefix = fitted.output[0]["value"]["prefix"].as_str().unwrap();
+        assert!(!prefix.contains('\u{fffd}'));
+        assert!(prefix.len() > 700);
+    }
+
+    #[test]
+    fn escape_heavy_values_keep_a_prefix() {
+        for unit in ["\"", "\\", "\n", "\u{1}", "\u{1f}", "\"😀\u{7}"] {
+            let original = unit.repeat(2000);
+            let value = string_json(&original);
+            for budget in [150, 200, 512, 1024] {
+                let fitted = fit_to_budget(budget, vec![], Some(&value), None).unwrap();
+                let marker = fitted.value.as_ref().unwrap();
+                let prefix = assert_marker(marker, &value);
+                assert!(json_len(marker) <= budget);
+                assert!(prefix.len() > 1, "{unit:?} {budget}: prefix collapsed");
+                assert_eq!(
+                    Some(prefix.len()),
+                    brute_force_best(&value, budget),
+                    "{unit:?} {budget}"
+                );
+                // Never split an escape: the prefix parses as the start of a
+                // JSON string once closed.
+                let closed = format!("{prefix}\"");
+                assert!(
+                    serde_json::from_str::<String>(&closed).is_ok(),
+                    "{unit:?}: {prefix:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn marker_prefix_is_maximal_for_every_allowance() {
+        let value = string_json("ab\"c\\d\ne😀f漢\u{2}g".repeat(20).as_str());
+        for allowance in 0..600 {
+            let best = brute_force_best(&value, allowance);
+            let marker = truncation_marker(&value, allowance);
+            match (marker, best) {
+                (None, None) => {}
+                (Some(marker), Some(best)) => {
+                    assert!(json_len(&marker) <= allowance);
+                    assert_eq!(
+                        marker["prefix"].as_str().unwrap().len(),
+                        best,
+                        "{allowance}"
+                    );
+                }
+                (marker, best) => panic!("{allowance}: {marker:?} vs {best:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn surrogate_pair_escapes_are_one_atom() {
+        let text = r#""\ud83d\ude00\ud83d\ude00\u0001x""#;
+        let atoms: Vec<(usize, usize)> = json_atoms(text).collect();
+        assert_eq!(atoms[1], (12, 14));
+        assert_eq!(atoms[3], (6, 7));
+        for allowance in 90..140 {
+            if let Some(marker) = truncation_marker(text, allowance) {
+                let prefix = marker["prefix"].as_str().unwrap();
+                assert!(
+                    matches!(prefix.len(), 0 | 1 | 13 | 25 | 31 | 32 | 33),
+                    "{prefix}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_in_value_json_are_replaced() {
+        let fitted = fit_to_budget(
+            1024,
+            vec![],
+            Some(r#"["\ud800x","\udc00","\ud83d\ude00"]"#),
+            None,
+        )
+        .unwrap();
+        assert_eq!(fitted.value, Some(json!(["\u{fffd}x", "\u{fffd}", "😀"])));
+        assert_eq!(
+            fit_to_budget(1024, vec![], Some("{oops"), None).map(|_| ()),
+            Err(FitError::InvalidValueJson(
+                "key must be a string at line 1 column 2".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn value_is_measured_canonically() {
+        let fitted = fit_to_budget(100, vec![], Some("{ \"a\" : [ 1 , 2 ] }"), None).unwrap();
+        assert_eq!(fitted.used_bytes, r#"{"a":[1,2]}"#.len());
+    }
+
+    #[test]
+    fn error_truncation_keeps_start_and_suffix() {
+        let error = format!("TypeError: {}", "detail ".repeat(1000));
+        let fitted = fit_to_budget(1024, vec![], None, Some(&error)).unwrap();
+        let cut = fitted.error.as_deref().unwrap();
+        assert!(cut.starts_with("TypeError: detail"));
+        assert!(cut.ends_with(" [error truncated]"));
+        assert_eq!(json_string_len(cut), 1024);
+        // Escape-heavy and multi-byte errors are cut on code points.
+        let error = format!("Error: {}", "\"😀\n".repeat(500));
+        let fitted = fit_to_budget(1000, vec![], None, Some(&error)).unwrap();
+        let cut = fitted.error.as_deref().unwrap();
+        assert!(json_string_len(cut) <= 1000);
+        assert!(json_string_len(cut) >= 995);
+        assert!(cut.ends_with(ERROR_TRUNCATED_SUFFIX));
+    }
+
+    #[test]
+    fn error_gets_at_least_half_when_everything_is_large() {
+        let error = format!("Error: {}", "e".repeat(5000));
+        let value = string_json(&"v".repeat(5000));
+        let output = vec![text_entry(&"o".repeat(5000))];
+        let fitted = fit_to_budget(2048, output, Some(&value), Some(&error)).unwrap();
+        let used_error = json_string_len(fitted.error.as_deref().unwrap());
+        assert_eq!(used_error, 1024);
+        assert!(fitted.error_truncated && fitted.output_truncated && fitted.value_truncated);
+        assert!(fitted.used_bytes <= 2048);
+        assert_eq!(total(&fitted), fitted.used_bytes);
+    }
+
+    #[test]
+    fn small_error_leaves_the_rest_to_output_and_value() {
+        let value = string_json(&"v".repeat(5000));
+        let output = vec![text_entry(&"o".repeat(5000))];
+        let fitted = fit_to_budget(4096, output, Some(&value), Some("Error: x")).unwrap();
+        assert_eq!(fitted.error.as_deref(), Some("Error: x"));
+        let r = 4096 - json_string_len("Error: x");
+        // Output gets R − min(V, R/2) = R − R/2; the value gets the rest.
+        let used_output: usize = fitted.output.iter().map(json_len).sum();
+        assert!(used_output <= r - r / 2);
+        assert!(fitted.used_bytes <= 4096);
+        assert!(
+            fitted.used_bytes > 4000,
+            "budget underused: {}",
+            fitted.used_bytes
+        );
+    }
+
+    #[test]
+    fn small_value_is_kept_whole_while_output_is_truncated() {
+        let output = vec![text_entry(&"o".repeat(5000))];
+        let fitted = fit_to_budget(1024, output, Some("{\"ok\":true}"), None).unwrap();
+        assert_eq!(fitted.value, Some(json!({ "ok": true })));
+        assert!(fitted.output_truncated);
+        assert!(fitted.used_bytes <= 1024);
+    }
+
+    #[test]
+    fn summary_marker_keeps_leading_entries() {
+        let small = text_entry("starting");
+        let huge = text_entry(&"h".repeat(5000));
+        let tail = text_entry("done");
+        let output = vec![small.clone(), huge.clone(), tail.clone()];
+        let fitted = fit_to_budget(1024, output, None, None).unwrap();
+        assert!(fitted.output_truncated);
+        assert_eq!(fitted.output.len(), 2);
+        assert_eq!(fitted.output[0], small);
+        let summary = &fitted.output[1];
+        assert_eq!(summary["type"], json!("json"));
+        let rest_text = serde_json::to_string(&json!([huge, tail])).unwrap();
+        let prefix = assert_marker(&summary["value"], &rest_text);
+        assert!(prefix.starts_with("[{\"type\":\"text\",\"text\":\"hhh"));
+        assert!(fitted.used_bytes <= 1024);
+        assert_eq!(total(&fitted), fitted.used_bytes);
+    }
+
+    #[test]
+    fn summary_marker_replaces_everything_when_the_first_entry_is_huge() {
+        let output = vec![text_entry(&"h".repeat(5000)), text_entry("x")];
+        let fitted = fit_to_budget(1024, output, None, None).unwrap();
+        assert_eq!(fitted.output.len(), 1);
+        assert_eq!(fitted.output[0]["value"]["truncated"], json!(true));
+        assert!(fitted.used_bytes <= 1024);
+    }
+
+    #[test]
+    fn many_small_entries_overflowing() {
+        let output: Vec<Value> = (0..500).map(|i| text_entry(&format!("line {i}"))).collect();
+        let fitted = fit_to_budget(2000, output, None, None).unwrap();
+        assert!(fitted.output.len() > 10);
+        assert_eq!(fitted.output[0], text_entry("line 0"));
+        assert_eq!(fitted.output.last().unwrap()["type"], json!("json"));
+        assert!(fitted.used_bytes <= 2000);
+    }
+
+    #[test]
+    fn tiny_budgets_never_overflow() {
+        let error = format!("Error: {}", "e".repeat(300));
+        let value = string_json(&"v".repeat(300));
+        let output = vec![text_entry("hi"), text_entry(&"o".repeat(300))];
+        for budget in 0..1500 {
+            for (with_output, with_value, with_error) in [
+                (true, true, true),
+                (true, false, false),
+                (false, true, false),
+                (false, false, true),
+                (true, true, false),
+                (true, false, true),
+            ] {
+                let result = fit_to_budget(
+                    budget,
+                    if with_output { output.clone() } else { vec![] },
+                    with_value.then_some(value.as_str()),
+                    with_error.then_some(error.as_str()),
+                );
+                match result {
+                    Ok(fitted) => {
+                        assert!(fitted.used_bytes <= budget, "{budget}");
+                        assert_eq!(total(&fitted), fitted.used_bytes, "{budget}");
+                        assert_eq!(fitted.error.is_some(), with_error);
+                        assert_eq!(fitted.value.is_some(), with_value);
+                    }
+                    Err(FitError::OutputLimitExceeded) => {
+                        // Only when even the smallest value marker cannot
+                        // fit (the value gets at least about a quarter).
+                        assert!(budget < 450, "{budget}");
+                    }
+                    Err(other) => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiny_error_allowance_drops_the_suffix_then_fails() {
+        assert_eq!(
+            truncate_error("Error: boom", 10).as_deref(),
+            Some("Error: b")
+        );
+        assert_eq!(truncate_error("Error: boom", 2).as_deref(), Some(""));
+        assert_eq!(truncate_error("Error: boom", 1), None);
+        assert_eq!(
+            fit_to_budget(1, vec![], None, Some("Error: boom")),
+            Err(FitError::OutputLimitExceeded)
+        );
+    }
+
+    #[test]
+    fn safe_cut_utf8_respects_code_points() {
+        assert_eq!(safe_cut_utf8("abc", 10), "abc");
+        assert_eq!(safe_cut_utf8("abc", 2), "ab");
+        assert_eq!(safe_cut_utf8("a😀", 4), "a");
+        assert_eq!(safe_cut_utf8("a😀", 5), "a😀");
+        assert_eq!(safe_cut_utf8("漢字", 5), "漢");
+        assert_eq!(safe_cut_utf8("漢字", 0), "");
+    }
+
+    #[test]
+    fn escaped_lengths_match_serde_json() {
+        for code in (0u32..0x300).chain([0x2028, 0x2029, 0xfeff, 0x1f600]) {
+            let c = char::from_u32(code).unwrap();
+            let s = c.to_string();
+            assert_eq!(
+                json_string_len(&s),
+                serde_json::to_string(&s).unwrap().len(),
+                "{code:#x}"
+            );
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! The result union of `exec` and `wait` (contract §4) and its error codes.
+
+use crate::error::Error;
+use serde::Serialize;
+use serde_json::Value;
+
+/// The outcome of a call, serialized exactly as the contract's `Result`
+/// union (`{"status":"completed",...}` / `{"status":"failed",...}`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum CellResult {
+    /// The cell finished and returned a value.
+    Completed(Completed),
+    /// The cell failed.
+    Failed(Failed),
+}
+
+/// A finished cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Completed {
+    /// The returned value after the safe projection; `undefined` → `null`.
+    /// May be a truncation marker (contract §10).
+    pub value: Value,
+    /// Non-fatal notices.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Output entries not delivered by an earlier result of the cell.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<Value>,
+    /// Counters of the call.
+    pub telemetry: Telemetry,
+    /// `true` on results of `restartSafe` cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_safe: Option<bool>,
+}
+
+/// A failed cell (or a rejected call).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failed {
+    /// `"<Name>: <message>"` plus guest frames when available.
+    pub error: String,
+    /// The error code.
+    pub code: ErrorCode,
+    /// Output entries not delivered by an earlier result of the cell;
+    /// output emitted before the failure is kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<Value>,
+    /// Counters of the call.
+    pub telemetry: Telemetry,
+    /// Where the failure happened.
+    pub failure_phase: FailurePhase,
+    /// `true` once any bridge request of the cell reached the host;
+    /// `false` guarantees that no tool ran.
+    pub bridge_dispatch_started: bool,
+    /// `true` on results of `restartSafe` cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_safe: Option<bool>,
+}
+
+/// Error codes (contract §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Bad arguments, rejected source, module access.
+    InvalidInput,
+    /// The Wasmtime engine, module or instance could not be created.
+    RuntimeUnavailable,
+    /// The run was cancelled.
+    Aborted,
+    /// Guest execution passed the call deadline.
+    Timeout,
+    /// The result cannot be serialized within limits at all.
+    OutputLimitExceeded,
+    /// A checkpoint exceeded `maxSnapshotBytes`.
+    SnapshotLimitExceeded,
+    /// Any other uncaught guest error or host fault.
+    InternalError,
+    /// The call's fuel ran out.
+    FuelExhausted,
+    /// The cell hit its memory cap.
+    MemoryLimitExceeded,
+}
+
+/// Where a failure happened (contract §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailurePhase {
+    /// Argument, source or admission checks; nothing ran.
+    Input,
+    /// The guest threw, timed out, ran out of fuel or memory.
+    Guest,
+    /// Bridge limits ended the cell.
+    Bridge,
+    /// Runtime start/restore, snapshot limit, expiry, abort, host fault.
+    Host,
+}
+
+/// Per-source catalog counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SourceCounts {
+    /// Host tools.
+    pub host: u64,
+    /// MCP tools.
+    pub mcp: u64,
+    /// Client tools.
+    pub client: u64,
+}
+
+/// Counters reported with every result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Telemetry {
+    /// Tools in the catalog.
+    pub catalog_size: u64,
+    /// Catalog tools per source.
+    pub sources: SourceCounts,
+    /// 24 lowercase hex characters naming the catalog instance.
+    pub counter_scope: String,
+    /// Searches run against this catalog instance (cumulative).
+    pub search_count: u64,
+    /// Describes run against this catalog instance (cumulative).
+    pub describe_count: u64,
+    /// Tool calls made against this catalog instance (cumulative).
+    pub call_count: u64,
+    /// Tools the model sees.
+    pub visible_tools: Vec<String>,
+    /// Wasmtime fuel the guest consumed during this call. Deterministic:
+    /// the same cell with the same inputs and limits always reports the
+    /// same number.
+    pub fuel_used: u64,
+}
+
+impl CellResult {
+    /// The status word: `"completed"` or `"failed"`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            CellResult::Completed(_) => "completed",
+            CellResult::Failed(_) => "failed",
+        }
+    }
+
+    /// The call's telemetry.
+    pub fn telemetry(&self) -> &Telemetry {
+        match self {
+            CellResult::Completed(c) => &c.telemetry,
+            CellResult::Failed(f) => &f.telemetry,
+        }
+    }
+
+    /// Output entries carried by this result.
+    pub fn output(&self) -> &[Value] {
+        match self {
+            CellResult::Completed(c) => &c.output,
+            CellResult::Failed(f) => &f.output,
+        }
+    }
+
+    /// The result as compact JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("results serialize")
+    }
+
+    /// The completed value, or the failure as an [`Error`].
+    pub fn into_value(self) -> Result<Value, Error> {
+        match self {
+            CellResult::Completed(c) => Ok(c.value),
+            CellResult::Failed(f) => Err(match f.code {
+                ErrorCode::InvalidInput => Error::InvalidInput(f.error),
+                ErrorCode::Timeout => Error::Timeout,
+                ErrorCode::FuelExhausted => Error::FuelExhausted,
+                ErrorCode::MemoryLimitExceeded => Error::MemoryLimitExceeded,
+                ErrorCode::SnapshotLimitExceeded => Error::SnapshotLimitExceeded,
+                ErrorCode::OutputLimitExceeded => Error::OutputLimitExceeded(f.error),
+                ErrorCode::Aborted => Error::Aborted,
+                ErrorCode::RuntimeUnavailable => Error::RuntimeUnavailable(f.error),
+                ErrorCode::InternalError => Error::Internal(f.error),
+            }),
+        }
+    }
+}

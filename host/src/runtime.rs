@@ -1,0 +1,97 @@
+//! The public entry point: [`Runtime`] and its builder.
+
+use crate::cell;
+use crate::config::Limits;
+use crate::engine::{self, SharedEngine};
+use crate::error::Error;
+use crate::input::ExecInput;
+use crate::result::{CellResult, Telemetry};
+use std::sync::Arc;
+
+/// Builds a [`Runtime`].
+///
+/// Secure defaults: a cell gets no filesystem (no preopens), no
+/// environment, no arguments, no network, a closed stdin, and discarded
+/// stdout/stderr; its only way out is the bridge. Limits default to the
+/// contract's values ([`Limits::default`]).
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeBuilder {
+    limits: Limits,
+}
+
+impl RuntimeBuilder {
+    /// Uses these limits for every call.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Creates the runtime. The first runtime of a process creates the
+    /// shared Wasmtime engine and loads the pre-initialized guest from the
+    /// module cache (or builds and caches it, which takes about a second).
+    pub async fn build(self) -> Result<Runtime, Error> {
+        let shared = engine::shared()
+            .await
+            .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
+        Ok(Runtime {
+            shared,
+            limits: self.limits,
+            counter_scope: new_counter_scope(),
+        })
+    }
+}
+
+fn new_counter_scope() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..24].to_string()
+}
+
+/// A quickcell runtime: runs cells under one set of limits.
+///
+/// Cheap to share (`&Runtime` is all `exec` needs) and safe to use from
+/// many tasks at once: every call gets a fresh instance in its own store.
+pub struct Runtime {
+    shared: Arc<SharedEngine>,
+    limits: Limits,
+    counter_scope: String,
+}
+
+impl Runtime {
+    /// A builder with the default limits.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// The limits every call runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether the pre-initialized guest came from the on-disk module cache.
+    pub fn module_from_cache(&self) -> bool {
+        self.shared.from_cache
+    }
+
+    fn telemetry(&self) -> Telemetry {
+        Telemetry {
+            counter_scope: self.counter_scope.clone(),
+            visible_tools: vec!["exec".into(), "wait".into()],
+            ..Telemetry::default()
+        }
+    }
+
+    /// Runs a cell (`exec`). Never panics and never returns a Rust error:
+    /// every outcome, including rejected input, is a [`CellResult`].
+    pub async fn exec(&self, input: ExecInput) -> CellResult {
+        cell::exec(&self.shared, &self.limits, self.telemetry(), &input).await
+    }
+
+    /// Runs a cell from raw `exec` arguments (`{"title":..,"code":..}` as a
+    /// model or MCP client sends them), applying the contract's argument
+    /// rules first.
+    pub async fn exec_json(&self, args: &serde_json::Value) -> CellResult {
+        match ExecInput::from_json(args) {
+            Ok(input) => self.exec(input).await,
+            Err(message) => cell::input_failure(message, self.telemetry()),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! Every limit in an obeyed / violated pair, each told apart by its code.
+
+use crate::{failed, run, run_with, runtime, texts, value};
+use quickcell::{ErrorCode, ExecInput, FailurePhase, Fuel, Limits};
+use serde_json::json;
+
+const BUSY_50MS: &str = "const end = Date.now() + 50; let n = 0; while (Date.now() < end) n++; text('done'); return n > 0;";
+
+#[tokio::test]
+async fn timeout_obeyed() {
+    let r = run_with(Limits::default().with_timeout_ms(2_000), BUSY_50MS).await;
+    assert_eq!(value(&r), json!(true));
+}
+
+#[tokio::test]
+async fn timeout_violated_keeps_earlier_output() {
+    let limits = Limits::default().with_timeout_ms(300).with_fuel(Fuel::Unlimited);
+    let started = std::time::Instant::now();
+    let r = run_with(limits, "text('before'); while (true) {}").await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::Timeout);
+    assert_eq!(f.error, "code mode timeout exceeded");
+    assert_eq!(f.failure_phase, FailurePhase::Guest);
+    assert_eq!(texts(&r), vec!["before"]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn fuel_obeyed() {
+    let r = run_with(Limits::default().with_fuel(Fuel::Limited(50_000_000)), "let s = 0; for (let i = 0; i < 1000; i++) s += i; return s;").await;
+    assert_eq!(value(&r), json!(499500));
+}
+
+#[tokio::test]
+async fn fuel_violated_is_deterministic_and_keeps_output() {
+    let limits = Limits::default().with_fuel(Fuel::Limited(20_000_000)).with_timeout_ms(60_000);
+    let r = run_with(limits.clone(), "text('start'); let i = 0; while (true) i++;").await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::FuelExhausted);
+    assert_eq!(f.error, "code mode fuel exhausted");
+    assert_eq!(texts(&r), vec!["start"]);
+    // The whole allowance was used, exactly.
+    assert_eq!(r.telemetry().fuel_used, 20_000_000);
+}
+
+#[tokio::test]
+async fn fuel_off_means_unlimited() {
+    let r = run_with(Limits::default().with_fuel(Fuel::Unlimited), "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s;").await;
+    assert_eq!(value(&r), json!(4999950000u64));
+}
+
+const MIB: i64 = 1 << 20;
+
+#[tokio::test]
+async fn memory_obeyed() {
+    let r = run_with(
+        Limits::default().with_memory_limit_bytes(16 * MIB),
+        "const a = []; for (let i = 0; i < 50; i++) a.push('x'.repeat(100000) + i); return a.length;",
+    )
+    .await;
+    assert_eq!(value(&r), json!(50));
+}
+
+#[tokio::test]
+async fn memory_violated_uncaught() {
+    let r = run_with(
+        Limits::default().with_memory_limit_bytes(8 * MIB),
+        "text('filling'); const a = []; while (true) a.push(new Array(10000).fill(1.5));",
+    )
+    .await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::MemoryLimitExceeded, "{}", f.error);
+    assert_eq!(f.error, "code mode memory limit exceeded");
+    assert_eq!(texts(&r), vec!["filling"]);
+}
+
+#[tokio::test]
+async fn memory_error_caught_does_not_end_the_cell() {
+    let r = run_with(
+        Limits::default().with_memory_limit_bytes(8 * MIB),
+        r#"let a = [];
+           try { while (true) a.push(new Array(10000).fill(1.5)); }
+           catch (e) { a = null; return String(e); }"#,
+    )
+    .await;
+    let v = value(&r);
+    assert!(v.as_str().unwrap().contains("out of memory"), "{v}");
+}
+
+#[tokio::test]
+async fn deep_recursion_is_a_catchable_range_error() {
+    let r = run("function f(n) { return f(n + 1) + 1; } try { f(0); } catch (e) { return [e instanceof RangeError, e.message]; }").await;
+    assert_eq!(value(&r), json!([true, "Maximum call stack size exceeded"]));
+}
+
+#[tokio::test]
+async fn deep_recursion_uncaught_fails_as_guest_error_not_a_trap() {
+    let r = run("function f(n) { return f(n + 1) + 1; } f(0);").await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::InternalError);
+    assert!(f.error.starts_with("RangeError: Maximum call stack size exceeded"), "{}", f.error);
+}
+
+#[tokio::test]
+async fn recursion_within_the_limit_works() {
+    let r = run("function f(n) { return n === 0 ? 0 : 1 + f(n - 1); } return f(2000);").await;
+    assert_eq!(value(&r), json!(2000));
+}
+
+#[tokio::test]
+async fn a_cell_after_a_trapped_cell_runs_normally() {
+    let rt = runtime(Limits::default().with_timeout_ms(200).with_fuel(Fuel::Unlimited)).await;
+    let r = rt.exec(ExecInput::new("spin", "while (true) {}")).await;
+    assert_eq!(failed(&r).code, ErrorCode::Timeout);
+    let r = rt.exec(ExecInput::new("after", "return 'fine'")).await;
+    assert_eq!(value(&r), json!("fine"));
+    let rt = runtime(Limits::default().with_memory_limit_bytes(4 * MIB)).await;
+    let r = rt.exec(ExecInput::new("oom", "const a = []; while (true) a.push(new Array(1000).fill(0));")).await;
+    assert_eq!(failed(&r).code, ErrorCode::MemoryLimitExceeded);
+    let r = rt.exec(ExecInput::new("after", "return 'fine'")).await;
+    assert_eq!(value(&r), json!("fine"));
+}
+
+#[tokio::test]
+async fn console_cap_emits_exactly_one_marker() {
+    let r = run("for (let i = 0; i < 2000; i++) console.log('line ' + i + ' ' + 'y'.repeat(40)); text('after'); return 1;").await;
+    let out = r.output();
+    let markers = out.iter().filter(|e| e["text"] == "[console output truncated]").count();
+    assert_eq!(markers, 1);
+    let console_units: usize = out
+        .iter()
+        .filter(|e| e["text"] != "after")
+        .map(|e| serde_json::to_string(e).unwrap().encode_utf16().count())
+        .sum();
+    assert!(console_units <= 16_384, "{console_units}");
+    assert_eq!(out.last().unwrap()["text"], "after", "text() is not subject to the console cap");
+}
+
+#[tokio::test]
+async fn console_inspection_is_bounded() {
+    let r = run(r#"
+        const wide = {}; for (let i = 0; i < 80; i++) wide['k' + i] = i;
+        console.log(wide);
+        console.log({a: {b: {c: {d: {e: 1}}}}});
+        console.log('s'.repeat(600));
+        console.log({ get x() { throw new Error('no'); } }, [1, 2n], null, undefined);
+        console.log('%s stays', 'literal');
+    "#)
+    .await;
+    let t = texts(&r);
+    assert!(t[0].ends_with(",…}"), "{}", t[0]);
+    assert_eq!(t[0].matches(':').count(), 50);
+    assert_eq!(t[1], "{a:{b:{c:{d:[Object]}}}}");
+    assert!(t[2].ends_with("…[truncated]") && t[2].starts_with("sss"));
+    assert_eq!(t[2].chars().count(), 512 + "…[truncated]".chars().count());
+    assert_eq!(t[3], "{x:[Accessor]} [1,2n] null undefined");
+    assert_eq!(t[4], "%s stays literal");
+}

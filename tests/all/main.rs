@@ -1,0 +1,61 @@
+//! quickcell's integration tests: one test binary, one module per area.
+//! Every test runs real cells through the library or the built binary.
+
+mod cli;
+mod exec;
+mod limits;
+mod output;
+mod source;
+
+use quickcell::{CellResult, ExecInput, Limits, Runtime};
+use serde_json::Value;
+
+/// A runtime with the given limits (the engine is shared process-wide).
+pub async fn runtime(limits: Limits) -> Runtime {
+    Runtime::builder()
+        .limits(limits)
+        .build()
+        .await
+        .expect("runtime builds")
+}
+
+/// Runs `code` with default limits.
+pub async fn run(code: &str) -> CellResult {
+    run_with(Limits::default(), code).await
+}
+
+/// Runs `code` with `limits`.
+pub async fn run_with(limits: Limits, code: &str) -> CellResult {
+    runtime(limits).await.exec(ExecInput::new("test cell", code)).await
+}
+
+/// The result as a JSON value (what a caller sees).
+pub fn json(result: &CellResult) -> Value {
+    serde_json::from_str(&result.to_json()).unwrap()
+}
+
+/// The completed value, panicking with the whole result otherwise.
+pub fn value(result: &CellResult) -> Value {
+    match result {
+        CellResult::Completed(c) => c.value.clone(),
+        other => panic!("expected completed, got {}", other.to_json()),
+    }
+}
+
+/// The failed result, panicking otherwise.
+pub fn failed(result: &CellResult) -> &quickcell::Failed {
+    match result {
+        CellResult::Failed(f) => f,
+        other => panic!("expected failed, got {}", other.to_json()),
+    }
+}
+
+/// Texts of the result's `text` output entries.
+pub fn texts(result: &CellResult) -> Vec<String> {
+    result
+        .output()
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["text"].as_str().unwrap().to_string())
+        .collect()
+}

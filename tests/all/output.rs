@@ -1,0 +1,90 @@
+//! The shared output budget and truncation markers (contract §10).
+
+use crate::{failed, json, run_with, value};
+use quickcell::{ErrorCode, Limits};
+use serde_json::Value;
+
+fn payload_bytes(result: &quickcell::CellResult) -> usize {
+    let j = json(result);
+    let mut n = 0;
+    if let Some(out) = j.get("output").and_then(Value::as_array) {
+        n += out.iter().map(|e| serde_json::to_string(e).unwrap().len()).sum::<usize>();
+    }
+    if let Some(v) = j.get("value") {
+        n += serde_json::to_string(v).unwrap().len();
+    }
+    if let Some(e) = j.get("error").and_then(Value::as_str) {
+        n += e.len();
+    }
+    n
+}
+
+fn assert_marker(v: &Value) {
+    assert_eq!(v["truncated"], true, "{v}");
+    assert_eq!(v["guidance"], "Output truncated; rerun with narrower args.");
+    assert!(v["omittedBytes"].as_u64().unwrap() > 0);
+    assert!(v["prefix"].is_string());
+}
+
+#[tokio::test]
+async fn oversized_string_value_becomes_a_marker_and_stays_completed() {
+    let r = run_with(Limits::default().with_max_output_bytes(1024), "return 'x'.repeat(2048)").await;
+    let v = value(&r);
+    assert_marker(&v);
+    assert!(v["prefix"].as_str().unwrap().starts_with("\"xxxx"));
+    assert!(v.get("reference").is_none(), "strings never get a reference");
+    assert!(payload_bytes(&r) <= 1024, "{}", payload_bytes(&r));
+}
+
+#[tokio::test]
+async fn value_that_fits_is_kept_whole() {
+    let r = run_with(Limits::default().with_max_output_bytes(1024), "return 'x'.repeat(900)").await;
+    assert_eq!(value(&r), Value::String("x".repeat(900)));
+}
+
+#[tokio::test]
+async fn emoji_and_cjk_are_cut_on_code_point_boundaries() {
+    for code in ["return '🚀'.repeat(1000)", "return '漢字かな'.repeat(400)", "return {k: '🚀a'.repeat(700)}"] {
+        let r = run_with(Limits::default().with_max_output_bytes(1024), code).await;
+        let v = value(&r);
+        assert_marker(&v);
+        let prefix = v["prefix"].as_str().unwrap();
+        assert!(!prefix.contains('\u{FFFD}'), "{code}: {prefix}");
+        assert!(prefix.len() > 100, "{code}: the prefix uses the space there is ({} bytes)", prefix.len());
+        assert!(payload_bytes(&r) <= 1024, "{code}");
+    }
+}
+
+#[tokio::test]
+async fn output_and_value_share_the_budget() {
+    let r = run_with(
+        Limits::default().with_max_output_bytes(2048),
+        "for (let i = 0; i < 100; i++) text('line ' + i + ' ' + 'z'.repeat(30)); return 'v'.repeat(1500);",
+    )
+    .await;
+    assert!(payload_bytes(&r) <= 2048, "{}", payload_bytes(&r));
+    let j = json(&r);
+    let out = j["output"].as_array().unwrap();
+    assert!(out.iter().any(|e| e["type"] == "json" && e["value"]["truncated"] == true), "{j}");
+}
+
+#[tokio::test]
+async fn long_error_is_truncated_with_suffix() {
+    let r = run_with(Limits::default().with_max_output_bytes(1024), "throw new Error('e'.repeat(5000))").await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::InternalError);
+    assert!(f.error.starts_with("Error: eeee"));
+    assert!(f.error.ends_with(" [error truncated]"), "{}", f.error);
+    assert!(f.error.len() <= 1024);
+}
+
+#[tokio::test]
+async fn huge_output_stream_is_bounded_on_the_host() {
+    let r = run_with(
+        Limits::default().with_max_output_bytes(4096),
+        "for (let i = 0; i < 20000; i++) text('a'.repeat(1000)); return 'end';",
+    )
+    .await;
+    assert!(payload_bytes(&r) <= 4096);
+    assert_eq!(value(&r), "end");
+}
