@@ -197,8 +197,9 @@ fn install_stack_guard(ctx: &Ctx<'_>) -> anyhow_like::Result<()> {
 struct StartOptions {
     /// QuickJS heap limit in bytes (`memoryLimitBytes`).
     memory_limit_bytes: Option<u64>,
-    /// Seed for `Math.random`; the host sends a fresh one per cell.
-    random_seed: Option<u64>,
+    /// Seed for `Math.random` as 16 hex digits; the host sends a fresh one
+    /// per cell (fixed width keeps the fuel cost of parsing constant).
+    random_seed: Option<String>,
 }
 
 fn with_state<R>(f: impl FnOnce(&State) -> R) -> R {
@@ -288,7 +289,10 @@ impl Guest for Component {
                     .to_string()
                 }
             };
-            if let Some(seed) = options.random_seed {
+            if let Some(seed) = options
+                .random_seed
+                .and_then(|s| u64::from_str_radix(&s, 16).ok())
+            {
                 // javy backs `Math.random` with fastrand's thread-local
                 // generator; without a reseed every instance made from the
                 // pre-initialized image would repeat the same sequence.

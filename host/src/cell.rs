@@ -114,7 +114,8 @@ async fn run(shared: &SharedEngine, limits: &Limits, mut telemetry: Telemetry, i
     };
     let options = serde_json::json!({
         "memoryLimitBytes": limits.memory_limit_bytes,
-        "randomSeed": rand_seed(),
+        // Fixed width, so parsing costs the same fuel for every seed.
+        "randomSeed": format!("{:016x}", rand_seed()),
     })
     .to_string();
     let status = exports.start(&mut store, &input.code, &options).await;
@@ -146,8 +147,9 @@ fn ending_from_status(json: &str) -> Ending {
         }
     };
     match (status.state, status.value) {
-        ("completed", Some(value)) => Ending::Completed {
-            value_json: value.get().to_string(),
+        // A JSON `null` value deserializes as `None`.
+        ("completed", value) => Ending::Completed {
+            value_json: value.map_or_else(|| "null".to_string(), |v| v.get().to_string()),
         },
         ("pending", _) => Ending::Failed {
             code: ErrorCode::InternalError,
@@ -274,12 +276,8 @@ fn finish(ending: Ending, output: OutputBuffer, budget: usize, telemetry: Teleme
     };
     let shortfall = output.stand_in_shortfall();
     if shortfall > 0 && fitted.output_truncated {
-        if let Some(omitted) = fitted
-            .output
-            .last_mut()
-            .and_then(|e| e.pointer_mut("/value/omittedBytes"))
-        {
-            *omitted = Value::from(omitted.as_u64().unwrap_or(0) + shortfall as u64);
+        if let Some(marker) = fitted.output.last_mut().and_then(|e| e.get_mut("value")) {
+            count_dropped_output(marker, shortfall);
         }
     }
     match ending {
@@ -300,4 +298,22 @@ fn finish(ending: Ending, output: OutputBuffer, budget: usize, telemetry: Teleme
             replay_safe: None,
         }),
     }
+}
+
+/// Adds output the host dropped at its buffer cap to a summary marker's
+/// `omittedBytes`, shortening the marker's `prefix` by as many bytes as the
+/// larger number adds, so the marker's size does not change.
+fn count_dropped_output(marker: &mut Value, shortfall: usize) {
+    let Some(old) = marker.get("omittedBytes").and_then(Value::as_u64) else {
+        return;
+    };
+    let new = old + shortfall as u64;
+    let growth = new.to_string().len() - old.to_string().len();
+    if let Some(Value::String(prefix)) = marker.get_mut("prefix") {
+        let target = output::json_string_len(prefix).saturating_sub(growth);
+        while output::json_string_len(prefix) > target {
+            prefix.pop();
+        }
+    }
+    marker["omittedBytes"] = Value::from(new);
 }
