@@ -10,25 +10,67 @@
 //! - `query_10k/*`: one `Catalog::search` (default limit 8).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use std::hint::black_box;
 use quickcell_catalog::{
     tokenize, Catalog, IndexDoc, SearchIndexBuilder, SearchOptions, Source, ToolSpec,
 };
 use serde_json::json;
+use std::hint::black_box;
 
 const VERBS: [&str; 16] = [
     "get", "list", "create", "update", "delete", "search", "send", "read", "write", "sync",
     "export", "import", "schedule", "fetch", "archive", "render",
 ];
 const NOUNS: [&str; 24] = [
-    "issue", "invoice", "file", "message", "calendar", "event", "user", "repository", "ticket",
-    "report", "document", "image", "contact", "order", "payment", "task", "note", "page", "folder",
-    "comment", "label", "channel", "project", "webhook",
+    "issue",
+    "invoice",
+    "file",
+    "message",
+    "calendar",
+    "event",
+    "user",
+    "repository",
+    "ticket",
+    "report",
+    "document",
+    "image",
+    "contact",
+    "order",
+    "payment",
+    "task",
+    "note",
+    "page",
+    "folder",
+    "comment",
+    "label",
+    "channel",
+    "project",
+    "webhook",
 ];
 const WORDS: [&str; 24] = [
-    "quickly", "records", "account", "workspace", "remote", "local", "archived", "recent",
-    "shared", "team", "status", "history", "metadata", "summary", "details", "batch", "current",
-    "cached", "external", "internal", "public", "private", "draft", "pending",
+    "quickly",
+    "records",
+    "account",
+    "workspace",
+    "remote",
+    "local",
+    "archived",
+    "recent",
+    "shared",
+    "team",
+    "status",
+    "history",
+    "metadata",
+    "summary",
+    "details",
+    "batch",
+    "current",
+    "cached",
+    "external",
+    "internal",
+    "public",
+    "private",
+    "draft",
+    "pending",
 ];
 
 fn spec(i: usize) -> ToolSpec {
@@ -61,7 +103,9 @@ fn synthetic_specs(n: usize) -> Vec<(Source, ToolSpec)> {
         .map(|i| {
             let source = match i % 20 {
                 0..=15 => Source::Core,
-                16..=18 => Source::Mcp { server: format!("server{}", i % 10) },
+                16..=18 => Source::Mcp {
+                    server: format!("server{}", i % 10),
+                },
                 _ => Source::Client,
             };
             (source, spec(i))
@@ -83,7 +127,11 @@ fn benches(c: &mut Criterion) {
     // Timed: policy, order, shadowing, MCP identifiers, tokenizing every
     // document and building the BM25 index (hints are rendered lazily).
     c.bench_function("catalog_build_10k", |b| {
-        b.iter_batched(|| specs.clone(), |s| black_box(build(s)), BatchSize::LargeInput)
+        b.iter_batched(
+            || specs.clone(),
+            |s| black_box(build(s)),
+            BatchSize::LargeInput,
+        )
     });
     let docs: Vec<IndexDoc> = (0..n)
         .map(|i| {
@@ -92,7 +140,10 @@ fn benches(c: &mut Criterion) {
                 id: format!("host:core:{}", s.name),
                 name: s.name.clone(),
                 mcp: false,
-                tokens: tokenize(&format!("{} host:core:{} {}", s.name, s.name, s.description)),
+                tokens: tokenize(&format!(
+                    "{} host:core:{} {}",
+                    s.name, s.name, s.description
+                )),
             }
         })
         .collect();
@@ -102,13 +153,23 @@ fn benches(c: &mut Criterion) {
         b.iter_with_large_drop(|| {
             let mut builder = SearchIndexBuilder::with_capacity(docs.len());
             for d in &docs {
-                builder.add_tokens(d.id.clone(), &d.name, d.mcp, d.tokens.iter().map(String::as_str));
+                builder.add_tokens(
+                    d.id.clone(),
+                    &d.name,
+                    d.mcp,
+                    d.tokens.iter().map(String::as_str),
+                );
             }
             black_box(builder.finish())
         })
     });
     let catalog = build(specs);
-    for q in ["create an invoice", "look up the latest payment status", "get_issue_42", "scheduling reminders"] {
+    for q in [
+        "create an invoice",
+        "look up the latest payment status",
+        "get_issue_42",
+        "scheduling reminders",
+    ] {
         c.bench_function(&format!("query_10k/{q}"), |b| {
             b.iter(|| black_box(catalog.search(black_box(q), SearchOptions::default()).len()))
         });

@@ -19,11 +19,19 @@ fn generated_program(lines: usize) -> String {
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let runtime = rt.block_on(Runtime::builder().limits(Limits::default()).build()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = rt
+        .block_on(Runtime::builder().limits(Limits::default()).build())
+        .unwrap();
 
     let trivial = rt.block_on(runtime.exec(ExecInput::new("bench", "return 1+1")));
-    eprintln!("fuel used by `return 1+1`: {}", trivial.telemetry().fuel_used);
+    eprintln!(
+        "fuel used by `return 1+1`: {}",
+        trivial.telemetry().fuel_used
+    );
 
     c.bench_function("exec_trivial_cell", |b| {
         b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", "return 1+1"))))
@@ -31,7 +39,10 @@ fn benches(c: &mut Criterion) {
 
     let program = generated_program(1_000);
     let big = rt.block_on(runtime.exec(ExecInput::new("bench", program.clone())));
-    eprintln!("fuel used by the 1,000-line program: {}", big.telemetry().fuel_used);
+    eprintln!(
+        "fuel used by the 1,000-line program: {}",
+        big.telemetry().fuel_used
+    );
     c.bench_function("exec_1000_line_program", |b| {
         b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", program.clone()))))
     });

@@ -27,7 +27,10 @@ fn main() {
         "guest/.cargo/config.toml",
         "wit",
     ] {
-        println!("cargo:rerun-if-changed={}", manifest_dir.join(path).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            manifest_dir.join(path).display()
+        );
     }
     println!("cargo:rerun-if-env-changed=QUICKCELL_GUEST_WASM");
 
@@ -39,8 +42,12 @@ fn main() {
         Some(path) => PathBuf::from(path),
         None => build_guest(&guest_dir, &out_dir),
     };
-    let bytes = std::fs::read(&built)
-        .unwrap_or_else(|e| panic!("quickcell: cannot read the built guest {}: {e}", built.display()));
+    let bytes = std::fs::read(&built).unwrap_or_else(|e| {
+        panic!(
+            "quickcell: cannot read the built guest {}: {e}",
+            built.display()
+        )
+    });
     std::fs::write(&embedded, &bytes).expect("write embedded guest");
     let hash = Sha256::digest(&bytes);
     let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
@@ -59,7 +66,13 @@ fn build_guest(guest_dir: &Path, out_dir: &Path) -> PathBuf {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(guest_dir)
-        .args(["build", "--release", "--locked", "--target", "wasm32-wasip1"])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            "wasm32-wasip1",
+        ])
         .arg("--target-dir")
         .arg(&guest_target)
         // The outer build's flags are for the host, not for the guest; the

@@ -51,6 +51,11 @@
   const ReferenceErrorProto = ReferenceError.prototype;
   const InternalErrorProto = G.InternalError ? G.InternalError.prototype : null;
   const emitNative = native.emit;
+  const emitTextNative = native.emitText;
+  const toWellFormed = uncurry(String.prototype.toWellFormed);
+  // Rust strings cannot hold lone surrogates: they become U+FFFD on the
+  // way out (the same projection the host applies to values).
+  const emitText = (s) => emitTextNative(toWellFormed(s));
   const isPromise = native.isPromise;
   const isProxy = native.isProxy;
 
@@ -193,7 +198,7 @@
   }
 
   function text(value) {
-    emit({ type: "text", text: typeof value === "string" ? value : projectedJson(value) });
+    emitText(typeof value === "string" ? value : projectedJson(value));
   }
 
   function json(value) {
@@ -312,15 +317,15 @@
       }
       let message = label + arrayJoin(parts, " ");
       if (message.length > CONSOLE_MAX_MESSAGE) message = cutUnits(message, CONSOLE_MAX_MESSAGE);
-      const entry = { type: "text", text: message };
-      const units = stringify(entry).length;
+      // Size of the entry's JSON: {"type":"text","text":<message>}.
+      const units = 23 + stringify(message).length;
       if (consoleUnits + units > CONSOLE_CAP_UNITS - CONSOLE_CAP_RESERVE) {
         consoleClosed = true;
-        emit({ type: "text", text: "[console output truncated]" });
+        emitText("[console output truncated]");
         return undefined;
       }
       consoleUnits += units;
-      emit(entry);
+      emitText(message);
       return undefined;
     };
   }

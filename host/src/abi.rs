@@ -157,7 +157,9 @@ fn read_guest_str(
 ) -> std::result::Result<String, String> {
     let len = len as usize;
     if len > cap {
-        return Err(format!("{what} of {len} bytes exceeds the host cap of {cap} bytes"));
+        return Err(format!(
+            "{what} of {len} bytes exceeds the host cap of {cap} bytes"
+        ));
     }
     let memory = guest_memory(caller).ok_or("guest exports no memory")?;
     let data = memory.data(&caller);
@@ -183,7 +185,9 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
                 let start = ptr as usize;
                 let Some(bytes) = data.get(start..start.saturating_add(len as usize)) else {
                     state.fault = Some("output entry points outside guest memory".into());
-                    return Err(wasmtime::Error::msg("output entry points outside guest memory"));
+                    return Err(wasmtime::Error::msg(
+                        "output entry points outside guest memory",
+                    ));
                 };
                 state.output.push_raw(bytes);
                 Ok(())
@@ -272,8 +276,13 @@ impl GuestExports {
     }
 
     /// Copies `s` into a fresh guest allocation; returns `(ptr, len)`.
-    async fn pass_string(&self, store: &mut Store<CellState>, s: &str) -> wasmtime::Result<(u32, u32)> {
-        let len = u32::try_from(s.len()).map_err(|_| wasmtime::Error::msg("string too large for the guest"))?;
+    async fn pass_string(
+        &self,
+        store: &mut Store<CellState>,
+        s: &str,
+    ) -> wasmtime::Result<(u32, u32)> {
+        let len = u32::try_from(s.len())
+            .map_err(|_| wasmtime::Error::msg("string too large for the guest"))?;
         let ptr = self.realloc.call_async(&mut *store, (0, 0, 1, len)).await?;
         self.memory.write(&mut *store, ptr as usize, s.as_bytes())?;
         Ok((ptr, len))
@@ -293,7 +302,8 @@ impl GuestExports {
         let bytes = data
             .get(ptr..ptr.saturating_add(len))
             .ok_or_else(|| wasmtime::Error::msg("guest returned an out-of-bounds string"))?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| wasmtime::Error::msg("guest returned non-UTF-8 text"))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| wasmtime::Error::msg("guest returned non-UTF-8 text"))
     }
 
     /// Calls `cell.start(source, options-json)` and returns the status JSON.
@@ -326,7 +336,8 @@ pub(crate) fn check_module_shape(wasm: &[u8]) -> Result<()> {
                     let ok = match import.module {
                         "wasi_snapshot_preview1" => matches!(import.ty, TypeRef::Func(_)),
                         HOST_MODULE => {
-                            matches!(import.name, "emit" | "request") && matches!(import.ty, TypeRef::Func(_))
+                            matches!(import.name, "emit" | "request")
+                                && matches!(import.ty, TypeRef::Func(_))
                         }
                         _ => false,
                     };

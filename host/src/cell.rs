@@ -49,8 +49,14 @@ struct GuestStatus<'a> {
 
 /// How a call ended, before output fitting.
 enum Ending {
-    Completed { value_json: String },
-    Failed { code: ErrorCode, phase: FailurePhase, error: String },
+    Completed {
+        value_json: String,
+    },
+    Failed {
+        code: ErrorCode,
+        phase: FailurePhase,
+        error: String,
+    },
 }
 
 /// Runs a new cell to its end (this foundation has no suspension yet: a
@@ -82,10 +88,18 @@ pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     })
 }
 
-async fn run(shared: &SharedEngine, limits: &Limits, mut telemetry: Telemetry, input: &ExecInput) -> CellResult {
+async fn run(
+    shared: &SharedEngine,
+    limits: &Limits,
+    mut telemetry: Telemetry,
+    input: &ExecInput,
+) -> CellResult {
     let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
     let memory_cap = limits.linear_memory_cap(shared.initial_memory_bytes);
-    let state = CellState::new(memory_cap, OutputBuffer::new(limits.max_output_bytes as usize));
+    let state = CellState::new(
+        memory_cap,
+        OutputBuffer::new(limits.max_output_bytes as usize),
+    );
     let mut store = Store::new(&shared.engine, state);
     store.limiter(|s| s as &mut dyn ResourceLimiter);
     let fuel = match limits.fuel {
@@ -170,7 +184,9 @@ fn ending_from_status(json: &str) -> Ending {
             _ => Ending::Failed {
                 code: ErrorCode::InternalError,
                 phase: FailurePhase::Guest,
-                error: status.error.unwrap_or_else(|| "Error: unknown guest failure".into()),
+                error: status
+                    .error
+                    .unwrap_or_else(|| "Error: unknown guest failure".into()),
             },
         },
         (other, _) => Ending::Failed {
@@ -191,8 +207,15 @@ fn ending_from_trap(err: wasmtime::Error, state: &CellState) -> Ending {
         return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string());
     }
     match err.downcast_ref::<Trap>() {
-        Some(Trap::OutOfFuel) => return guest(ErrorCode::FuelExhausted, crate::Error::FuelExhausted.to_string()),
-        Some(Trap::Interrupt) => return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string()),
+        Some(Trap::OutOfFuel) => {
+            return guest(
+                ErrorCode::FuelExhausted,
+                crate::Error::FuelExhausted.to_string(),
+            )
+        }
+        Some(Trap::Interrupt) => {
+            return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string())
+        }
         _ => {}
     }
     if state.memory_refused {
@@ -224,7 +247,12 @@ fn ending_from_trap(err: wasmtime::Error, state: &CellState) -> Ending {
 fn trap_summary(err: &wasmtime::Error) -> String {
     match err.downcast_ref::<Trap>() {
         Some(trap) => trap.to_string(),
-        None => err.to_string().lines().next().unwrap_or("unknown").to_string(),
+        None => err
+            .to_string()
+            .lines()
+            .next()
+            .unwrap_or("unknown")
+            .to_string(),
     }
 }
 

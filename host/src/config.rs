@@ -80,14 +80,54 @@ struct Key {
 }
 
 const KEYS: &[Key] = &[
-    Key { name: "timeout_ms", min: 100, max: 60_000, field: |l| &mut l.timeout_ms },
-    Key { name: "memory_limit_bytes", min: 1 << 20, max: 1 << 30, field: |l| &mut l.memory_limit_bytes },
-    Key { name: "max_output_bytes", min: 1_024, max: 10_485_760, field: |l| &mut l.max_output_bytes },
-    Key { name: "max_snapshot_bytes", min: 1_024, max: 268_435_456, field: |l| &mut l.max_snapshot_bytes },
-    Key { name: "max_pending_tool_calls", min: 1, max: 128, field: |l| &mut l.max_pending_tool_calls },
-    Key { name: "snapshot_ttl_seconds", min: 1, max: 86_400, field: |l| &mut l.snapshot_ttl_seconds },
-    Key { name: "search_default_limit", min: 1, max: 50, field: |l| &mut l.search_default_limit },
-    Key { name: "max_search_limit", min: 1, max: 50, field: |l| &mut l.max_search_limit },
+    Key {
+        name: "timeout_ms",
+        min: 100,
+        max: 60_000,
+        field: |l| &mut l.timeout_ms,
+    },
+    Key {
+        name: "memory_limit_bytes",
+        min: 1 << 20,
+        max: 1 << 30,
+        field: |l| &mut l.memory_limit_bytes,
+    },
+    Key {
+        name: "max_output_bytes",
+        min: 1_024,
+        max: 10_485_760,
+        field: |l| &mut l.max_output_bytes,
+    },
+    Key {
+        name: "max_snapshot_bytes",
+        min: 1_024,
+        max: 268_435_456,
+        field: |l| &mut l.max_snapshot_bytes,
+    },
+    Key {
+        name: "max_pending_tool_calls",
+        min: 1,
+        max: 128,
+        field: |l| &mut l.max_pending_tool_calls,
+    },
+    Key {
+        name: "snapshot_ttl_seconds",
+        min: 1,
+        max: 86_400,
+        field: |l| &mut l.snapshot_ttl_seconds,
+    },
+    Key {
+        name: "search_default_limit",
+        min: 1,
+        max: 50,
+        field: |l| &mut l.search_default_limit,
+    },
+    Key {
+        name: "max_search_limit",
+        min: 1,
+        max: 50,
+        field: |l| &mut l.max_search_limit,
+    },
 ];
 
 impl Limits {
@@ -204,7 +244,9 @@ impl Config {
                     config.limits = parse_limits(limits)?;
                 }
                 other => {
-                    return Err(Error::Config(format!("unknown configuration key `{other}`")));
+                    return Err(Error::Config(format!(
+                        "unknown configuration key `{other}`"
+                    )));
                 }
             }
         }
@@ -226,12 +268,15 @@ fn parse_limits(table: &toml::Table) -> Result<Limits, Error> {
             };
             continue;
         }
-        let key = KEYS.iter().find(|k| k.name == name.as_str()).ok_or_else(|| {
-            Error::Config(format!(
-                "unknown key `limits.{name}`; known keys: {}, fuel",
-                KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
+        let key = KEYS
+            .iter()
+            .find(|k| k.name == name.as_str())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "unknown key `limits.{name}`; known keys: {}, fuel",
+                    KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
         limits.set_clamped(key, value.as_integer());
     }
     Ok(limits)
@@ -257,7 +302,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let e = Config::parse("[limits]\ntimeout = 5\n").unwrap_err().to_string();
+        let e = Config::parse("[limits]\ntimeout = 5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("limits.timeout"), "{e}");
         let e = Config::parse("[limitz]\n").unwrap_err().to_string();
         assert!(e.contains("limitz"), "{e}");
@@ -265,7 +312,9 @@ mod tests {
 
     #[test]
     fn malformed_file_names_the_line() {
-        let e = Config::parse("[limits]\ntimeout_ms = = 3\n").unwrap_err().to_string();
+        let e = Config::parse("[limits]\ntimeout_ms = = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2"), "{e}");
     }
 }

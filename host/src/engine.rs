@@ -28,7 +28,8 @@ use wasmtime::{
 };
 
 /// The guest module as built by `host/build.rs`.
-pub(crate) const GUEST_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.wasm"));
+pub(crate) const GUEST_WASM: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.wasm"));
 
 /// SHA-256 of [`GUEST_WASM`], hex encoded. Snapshots and the module cache are
 /// keyed by it.
@@ -198,7 +199,11 @@ fn store_cached(module: &Module, path: &PathBuf) {
         let bytes = module.serialize().map_err(|e| anyhow!("{e}"))?;
         let dir = path.parent().context("cache path has no parent")?;
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), uuid::Uuid::new_v4()));
+        let tmp = dir.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)?;
         Ok(())
@@ -221,5 +226,6 @@ async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Mo
         })
         .await
         .map_err(|e| anyhow!("pre-initializing the guest failed: {e:?}"))?;
-    Module::new(engine, &initialized).map_err(|e| anyhow!("compiling the pre-initialized guest failed: {e}"))
+    Module::new(engine, &initialized)
+        .map_err(|e| anyhow!("compiling the pre-initialized guest failed: {e}"))
 }

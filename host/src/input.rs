@@ -107,7 +107,11 @@ fn bool_field(v: Option<&Value>, name: &str) -> Result<bool, String> {
 /// A title derived from the source when the caller gave none: the first
 /// non-blank line, whitespace collapsed, cut to 60 characters.
 pub fn title_from_source(code: &str) -> String {
-    let line = code.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("cell");
+    let line = code
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("cell");
     let collapsed: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
     let mut title: String = collapsed.chars().take(60).collect();
     if collapsed.chars().count() > 60 {
@@ -123,9 +127,11 @@ mod tests {
 
     #[test]
     fn alias_rules() {
-        let ok = ExecInput::from_json(&json!({"title":"t","code":"return 1","command":"return 1"})).unwrap();
+        let ok = ExecInput::from_json(&json!({"title":"t","code":"return 1","command":"return 1"}))
+            .unwrap();
         assert_eq!(ok.code, "return 1");
-        let ok = ExecInput::from_json(&json!({"title":"t","code":"  ","command":"return 2"})).unwrap();
+        let ok =
+            ExecInput::from_json(&json!({"title":"t","code":"  ","command":"return 2"})).unwrap();
         assert_eq!(ok.code, "return 2");
         assert_eq!(
             ExecInput::from_json(&json!({"title":"t","code":"a","command":"b"})).unwrap_err(),
@@ -143,9 +149,11 @@ mod tests {
 
     #[test]
     fn retired_fields_and_flags() {
-        assert!(ExecInput::from_json(&json!({"title":"t","code":"1","language":"ts"}))
-            .unwrap_err()
-            .starts_with("Code Mode accepts JavaScript only."));
+        assert!(
+            ExecInput::from_json(&json!({"title":"t","code":"1","language":"ts"}))
+                .unwrap_err()
+                .starts_with("Code Mode accepts JavaScript only.")
+        );
         assert!(ExecInput::from_json(&json!({"title":"t","code":"1","typecheck":false})).is_err());
         assert_eq!(
             ExecInput::from_json(&json!({"title":"t","code":"1","restartSafe":"yes"})).unwrap_err(),
@@ -165,6 +173,9 @@ mod tests {
         assert!(ExecInput::from_json(&json!({"title":t120,"code":"1"})).is_ok());
         let t121: String = "é".repeat(121);
         assert!(ExecInput::from_json(&json!({"title":t121,"code":"1"})).is_err());
-        assert_eq!(title_from_source("\n  const x =   1;\nreturn x"), "const x = 1;");
+        assert_eq!(
+            title_from_source("\n  const x =   1;\nreturn x"),
+            "const x = 1;"
+        );
     }
 }

@@ -52,6 +52,7 @@ mod output;
 mod result;
 mod runtime;
 mod source;
+pub mod tools;
 
 pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
 pub use engine::module_cache_dir;

@@ -13,7 +13,10 @@ fn run_json(args: &[&str]) -> (i32, Value, String) {
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     let value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    assert!(stdout.trim().lines().count() <= 1, "one line of JSON: {stdout}");
+    assert!(
+        stdout.trim().lines().count() <= 1,
+        "one line of JSON: {stdout}"
+    );
     (out.status.code().unwrap(), value, stderr)
 }
 
@@ -57,7 +60,12 @@ fn reads_source_from_file_and_stdin() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"return 'from stdin'").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"return 'from stdin'")
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -70,19 +78,47 @@ fn config_limits_apply_and_bad_config_is_named() {
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
     std::fs::write(&good, "[limits]\ntimeout_ms = 200\nfuel = false\n").unwrap();
-    let (code, v, _) = run_json(&["exec", "--config", good.to_str().unwrap(), "--code", "while (true) {}"]);
+    let (code, v, _) = run_json(&[
+        "exec",
+        "--config",
+        good.to_str().unwrap(),
+        "--code",
+        "while (true) {}",
+    ]);
     assert_eq!(code, 1);
     assert_eq!(v["code"], "timeout");
 
     let bad_key = dir.join("bad.toml");
     std::fs::write(&bad_key, "[limits]\ntimeout_msec = 200\n").unwrap();
-    let out = quickcell().args(["exec", "--config", bad_key.to_str().unwrap(), "--code", "return 1"]).output().unwrap();
+    let out = quickcell()
+        .args([
+            "exec",
+            "--config",
+            bad_key.to_str().unwrap(),
+            "--code",
+            "return 1",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("limits.timeout_msec"));
 
     let malformed = dir.join("malformed.toml");
     std::fs::write(&malformed, "[limits\n").unwrap();
-    let out = quickcell().args(["exec", "--config", malformed.to_str().unwrap(), "--code", "return 1"]).output().unwrap();
+    let out = quickcell()
+        .args([
+            "exec",
+            "--config",
+            malformed.to_str().unwrap(),
+            "--code",
+            "return 1",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -13,7 +13,11 @@ async fn returns_a_value_with_telemetry() {
     let t = &j["telemetry"];
     assert_eq!(t["visibleTools"], json!(["exec", "wait"]));
     assert_eq!(t["counterScope"].as_str().unwrap().len(), 24);
-    assert!(t["counterScope"].as_str().unwrap().chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+    assert!(t["counterScope"]
+        .as_str()
+        .unwrap()
+        .chars()
+        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
     assert!(t["fuelUsed"].as_u64().unwrap() > 0);
     assert_eq!(t["searchCount"], 0);
     assert!(j.get("output").is_none(), "empty output is omitted: {j}");
@@ -35,7 +39,10 @@ async fn fuel_used_is_deterministic() {
     let fa = a.telemetry().fuel_used;
     assert_eq!(fa, b.telemetry().fuel_used);
     let trivial = run("return 1").await.telemetry().fuel_used;
-    assert!(fa > trivial, "a loop costs more fuel than `return 1` ({fa} vs {trivial})");
+    assert!(
+        fa > trivial,
+        "a loop costs more fuel than `return 1` ({fa} vs {trivial})"
+    );
 }
 
 #[tokio::test]
@@ -82,7 +89,10 @@ async fn safe_projection_never_runs_guest_code() {
     assert_eq!(v["proto"], json!({"__proto__": {"x": 1}}));
     let out = &r.output()[0]["value"];
     assert_eq!(out["o"], json!({"a": 1, "self": "[Circular]"}));
-    assert_eq!(out["e"], json!({"name": "TypeError", "message": "bad", "extra": 7}));
+    assert_eq!(
+        out["e"],
+        json!({"name": "TypeError", "message": "bad", "extra": 7})
+    );
     assert_eq!(
         out["p"],
         "[Unawaited Promise: use await or Promise.all(...) before emitting or returning values.]"
@@ -103,7 +113,8 @@ async fn shared_references_are_not_cycles() {
 
 #[tokio::test]
 async fn hostile_proxy_is_unserializable() {
-    let r = run(r#"return { p: new Proxy({}, { ownKeys() { throw new Error("trap"); } }) };"#).await;
+    let r =
+        run(r#"return { p: new Proxy({}, { ownKeys() { throw new Error("trap"); } }) };"#).await;
     assert_eq!(value(&r), json!({"p": "[Unserializable]"}));
 }
 
@@ -117,7 +128,19 @@ async fn forbidden_globals_are_absent_and_host_hooks_unreachable() {
     .await;
     assert_eq!(
         value(&r),
-        json!(["undefined", "undefined", "undefined", "undefined", "undefined", 0, "undefined", "function", "function", "function", "undefined"])
+        json!([
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            0,
+            "undefined",
+            "function",
+            "function",
+            "function",
+            "undefined"
+        ])
     );
 }
 
@@ -135,13 +158,21 @@ async fn uncaught_error_fails_in_guest_phase_with_frames() {
     assert_eq!(f.failure_phase, FailurePhase::Guest);
     assert!(!f.bridge_dispatch_started);
     assert!(f.error.starts_with("TypeError: nope"), "{}", f.error);
-    assert!(f.error.contains("quickcell:user.js:2:"), "frames use user lines: {}", f.error);
+    assert!(
+        f.error.contains("quickcell:user.js:2:"),
+        "frames use user lines: {}",
+        f.error
+    );
     assert_eq!(texts(&r), vec!["before"]);
     // Non-Error throws still read as "<Name>: <message>".
     let r = run("throw 'plain'").await;
     assert_eq!(failed(&r).error, "Error: plain");
     let r = run("throw new Error('interrupted')").await;
-    assert_eq!(failed(&r).code, ErrorCode::InternalError, "a guest 'interrupted' is not a timeout");
+    assert_eq!(
+        failed(&r).code,
+        ErrorCode::InternalError,
+        "a guest 'interrupted' is not a timeout"
+    );
 }
 
 #[tokio::test]
@@ -154,19 +185,37 @@ async fn pending_forever_fails_without_host_work() {
 
 #[tokio::test]
 async fn runtime_require_is_module_access() {
-    for code in ["return eval('require')('fs')", "return process.env", "module.exports = 1"] {
+    for code in [
+        "return eval('require')('fs')",
+        "return process.env",
+        "module.exports = 1",
+    ] {
         let f = failed(&run(code).await).clone();
         assert_eq!(f.code, ErrorCode::InvalidInput, "{code}");
-        assert!(f.error.starts_with("code mode module access is disabled."), "{code}: {}", f.error);
+        assert!(
+            f.error.starts_with("code mode module access is disabled."),
+            "{code}: {}",
+            f.error
+        );
     }
 }
 
 #[tokio::test]
 async fn cells_do_not_share_state() {
     let rt = runtime(Limits::default()).await;
-    let a = rt.exec(ExecInput::new("t", "globalThis.leak = 1; Array.prototype.x = 2; return 1")).await;
+    let a = rt
+        .exec(ExecInput::new(
+            "t",
+            "globalThis.leak = 1; Array.prototype.x = 2; return 1",
+        ))
+        .await;
     assert_eq!(value(&a), json!(1));
-    let b = rt.exec(ExecInput::new("t", "return [typeof leak, [].x === undefined]")).await;
+    let b = rt
+        .exec(ExecInput::new(
+            "t",
+            "return [typeof leak, [].x === undefined]",
+        ))
+        .await;
     assert_eq!(value(&b), json!(["undefined", true]));
 }
 
@@ -191,17 +240,41 @@ async fn twelve_cells_in_parallel_each_return_their_own_value() {
 #[tokio::test]
 async fn exec_json_applies_argument_rules() {
     let rt = runtime(Limits::default()).await;
-    let r = rt.exec_json(&json!({"title": "t", "code": "return 1", "command": "return 2"})).await;
+    let r = rt
+        .exec_json(&json!({"title": "t", "code": "return 1", "command": "return 2"}))
+        .await;
     let f = failed(&r);
-    assert_eq!(f.error, "code and command must match when both are provided.");
+    assert_eq!(
+        f.error,
+        "code and command must match when both are provided."
+    );
     assert_eq!(f.failure_phase, FailurePhase::Input);
-    let r = rt.exec_json(&json!({"title": "t", "command": "return 3"})).await;
+    let r = rt
+        .exec_json(&json!({"title": "t", "command": "return 3"}))
+        .await;
     assert_eq!(value(&r), json!(3));
-    let r = rt.exec_json(&json!({"title": "", "code": "return 3"})).await;
+    let r = rt
+        .exec_json(&json!({"title": "", "code": "return 3"}))
+        .await;
     assert_eq!(failed(&r).code, ErrorCode::InvalidInput);
 }
 
 #[test]
 fn guest_module_has_the_expected_shape() {
     quickcell::testing::check_guest_module_shape(quickcell::testing::guest_wasm()).unwrap();
+}
+
+#[tokio::test]
+async fn lone_surrogates_become_replacement_characters() {
+    let r =
+        run(r#"text("a\ud800b"); console.log("\udc00"); json("\ud83d"); return "\ud800x""#).await;
+    assert_eq!(value(&r), json!("\u{FFFD}x"));
+    assert_eq!(
+        json(&r)["output"],
+        json!([
+            {"type": "text", "text": "a\u{FFFD}b"},
+            {"type": "text", "text": "\u{FFFD}"},
+            {"type": "json", "value": "\u{FFFD}"},
+        ])
+    );
 }

@@ -14,7 +14,9 @@ async fn timeout_obeyed() {
 
 #[tokio::test]
 async fn timeout_violated_keeps_earlier_output() {
-    let limits = Limits::default().with_timeout_ms(300).with_fuel(Fuel::Unlimited);
+    let limits = Limits::default()
+        .with_timeout_ms(300)
+        .with_fuel(Fuel::Unlimited);
     let started = std::time::Instant::now();
     let r = run_with(limits, "text('before'); while (true) {}").await;
     let f = failed(&r);
@@ -27,14 +29,24 @@ async fn timeout_violated_keeps_earlier_output() {
 
 #[tokio::test]
 async fn fuel_obeyed() {
-    let r = run_with(Limits::default().with_fuel(Fuel::Limited(50_000_000)), "let s = 0; for (let i = 0; i < 1000; i++) s += i; return s;").await;
+    let r = run_with(
+        Limits::default().with_fuel(Fuel::Limited(50_000_000)),
+        "let s = 0; for (let i = 0; i < 1000; i++) s += i; return s;",
+    )
+    .await;
     assert_eq!(value(&r), json!(499500));
 }
 
 #[tokio::test]
 async fn fuel_violated_is_deterministic_and_keeps_output() {
-    let limits = Limits::default().with_fuel(Fuel::Limited(20_000_000)).with_timeout_ms(60_000);
-    let r = run_with(limits.clone(), "text('start'); let i = 0; while (true) i++;").await;
+    let limits = Limits::default()
+        .with_fuel(Fuel::Limited(20_000_000))
+        .with_timeout_ms(60_000);
+    let r = run_with(
+        limits.clone(),
+        "text('start'); let i = 0; while (true) i++;",
+    )
+    .await;
     let f = failed(&r);
     assert_eq!(f.code, ErrorCode::FuelExhausted);
     assert_eq!(f.error, "code mode fuel exhausted");
@@ -45,7 +57,11 @@ async fn fuel_violated_is_deterministic_and_keeps_output() {
 
 #[tokio::test]
 async fn fuel_off_means_unlimited() {
-    let r = run_with(Limits::default().with_fuel(Fuel::Unlimited), "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s;").await;
+    let r = run_with(
+        Limits::default().with_fuel(Fuel::Unlimited),
+        "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s;",
+    )
+    .await;
     assert_eq!(value(&r), json!(4999950000u64));
 }
 
@@ -98,7 +114,12 @@ async fn deep_recursion_uncaught_fails_as_guest_error_not_a_trap() {
     let r = run("function f(n) { return f(n + 1) + 1; } f(0);").await;
     let f = failed(&r);
     assert_eq!(f.code, ErrorCode::InternalError);
-    assert!(f.error.starts_with("RangeError: Maximum call stack size exceeded"), "{}", f.error);
+    assert!(
+        f.error
+            .starts_with("RangeError: Maximum call stack size exceeded"),
+        "{}",
+        f.error
+    );
 }
 
 #[tokio::test]
@@ -109,13 +130,23 @@ async fn recursion_within_the_limit_works() {
 
 #[tokio::test]
 async fn a_cell_after_a_trapped_cell_runs_normally() {
-    let rt = runtime(Limits::default().with_timeout_ms(200).with_fuel(Fuel::Unlimited)).await;
+    let rt = runtime(
+        Limits::default()
+            .with_timeout_ms(200)
+            .with_fuel(Fuel::Unlimited),
+    )
+    .await;
     let r = rt.exec(ExecInput::new("spin", "while (true) {}")).await;
     assert_eq!(failed(&r).code, ErrorCode::Timeout);
     let r = rt.exec(ExecInput::new("after", "return 'fine'")).await;
     assert_eq!(value(&r), json!("fine"));
     let rt = runtime(Limits::default().with_memory_limit_bytes(4 * MIB)).await;
-    let r = rt.exec(ExecInput::new("oom", "const a = []; while (true) a.push(new Array(1000).fill(0));")).await;
+    let r = rt
+        .exec(ExecInput::new(
+            "oom",
+            "const a = []; while (true) a.push(new Array(1000).fill(0));",
+        ))
+        .await;
     assert_eq!(failed(&r).code, ErrorCode::MemoryLimitExceeded);
     let r = rt.exec(ExecInput::new("after", "return 'fine'")).await;
     assert_eq!(value(&r), json!("fine"));
@@ -125,7 +156,10 @@ async fn a_cell_after_a_trapped_cell_runs_normally() {
 async fn console_cap_emits_exactly_one_marker() {
     let r = run("for (let i = 0; i < 2000; i++) console.log('line ' + i + ' ' + 'y'.repeat(40)); text('after'); return 1;").await;
     let out = r.output();
-    let markers = out.iter().filter(|e| e["text"] == "[console output truncated]").count();
+    let markers = out
+        .iter()
+        .filter(|e| e["text"] == "[console output truncated]")
+        .count();
     assert_eq!(markers, 1);
     let console_units: usize = out
         .iter()
@@ -133,7 +167,11 @@ async fn console_cap_emits_exactly_one_marker() {
         .map(|e| serde_json::to_string(e).unwrap().encode_utf16().count())
         .sum();
     assert!(console_units <= 16_384, "{console_units}");
-    assert_eq!(out.last().unwrap()["text"], "after", "text() is not subject to the console cap");
+    assert_eq!(
+        out.last().unwrap()["text"],
+        "after",
+        "text() is not subject to the console cap"
+    );
 }
 
 #[tokio::test]

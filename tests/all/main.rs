@@ -26,7 +26,10 @@ pub async fn run(code: &str) -> CellResult {
 
 /// Runs `code` with `limits`.
 pub async fn run_with(limits: Limits, code: &str) -> CellResult {
-    runtime(limits).await.exec(ExecInput::new("test cell", code)).await
+    runtime(limits)
+        .await
+        .exec(ExecInput::new("test cell", code))
+        .await
 }
 
 /// The result as a JSON value (what a caller sees).

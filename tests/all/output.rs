@@ -8,7 +8,10 @@ fn payload_bytes(result: &quickcell::CellResult) -> usize {
     let j = json(result);
     let mut n = 0;
     if let Some(out) = j.get("output").and_then(Value::as_array) {
-        n += out.iter().map(|e| serde_json::to_string(e).unwrap().len()).sum::<usize>();
+        n += out
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap().len())
+            .sum::<usize>();
     }
     if let Some(v) = j.get("value") {
         n += serde_json::to_string(v).unwrap().len();
@@ -28,29 +31,48 @@ fn assert_marker(v: &Value) {
 
 #[tokio::test]
 async fn oversized_string_value_becomes_a_marker_and_stays_completed() {
-    let r = run_with(Limits::default().with_max_output_bytes(1024), "return 'x'.repeat(2048)").await;
+    let r = run_with(
+        Limits::default().with_max_output_bytes(1024),
+        "return 'x'.repeat(2048)",
+    )
+    .await;
     let v = value(&r);
     assert_marker(&v);
     assert!(v["prefix"].as_str().unwrap().starts_with("\"xxxx"));
-    assert!(v.get("reference").is_none(), "strings never get a reference");
+    assert!(
+        v.get("reference").is_none(),
+        "strings never get a reference"
+    );
     assert!(payload_bytes(&r) <= 1024, "{}", payload_bytes(&r));
 }
 
 #[tokio::test]
 async fn value_that_fits_is_kept_whole() {
-    let r = run_with(Limits::default().with_max_output_bytes(1024), "return 'x'.repeat(900)").await;
+    let r = run_with(
+        Limits::default().with_max_output_bytes(1024),
+        "return 'x'.repeat(900)",
+    )
+    .await;
     assert_eq!(value(&r), Value::String("x".repeat(900)));
 }
 
 #[tokio::test]
 async fn emoji_and_cjk_are_cut_on_code_point_boundaries() {
-    for code in ["return '🚀'.repeat(1000)", "return '漢字かな'.repeat(400)", "return {k: '🚀a'.repeat(700)}"] {
+    for code in [
+        "return '🚀'.repeat(1000)",
+        "return '漢字かな'.repeat(400)",
+        "return {k: '🚀a'.repeat(700)}",
+    ] {
         let r = run_with(Limits::default().with_max_output_bytes(1024), code).await;
         let v = value(&r);
         assert_marker(&v);
         let prefix = v["prefix"].as_str().unwrap();
         assert!(!prefix.contains('\u{FFFD}'), "{code}: {prefix}");
-        assert!(prefix.len() > 100, "{code}: the prefix uses the space there is ({} bytes)", prefix.len());
+        assert!(
+            prefix.len() > 100,
+            "{code}: the prefix uses the space there is ({} bytes)",
+            prefix.len()
+        );
         assert!(payload_bytes(&r) <= 1024, "{code}");
     }
 }
@@ -65,12 +87,20 @@ async fn output_and_value_share_the_budget() {
     assert!(payload_bytes(&r) <= 2048, "{}", payload_bytes(&r));
     let j = json(&r);
     let out = j["output"].as_array().unwrap();
-    assert!(out.iter().any(|e| e["type"] == "json" && e["value"]["truncated"] == true), "{j}");
+    assert!(
+        out.iter()
+            .any(|e| e["type"] == "json" && e["value"]["truncated"] == true),
+        "{j}"
+    );
 }
 
 #[tokio::test]
 async fn long_error_is_truncated_with_suffix() {
-    let r = run_with(Limits::default().with_max_output_bytes(1024), "throw new Error('e'.repeat(5000))").await;
+    let r = run_with(
+        Limits::default().with_max_output_bytes(1024),
+        "throw new Error('e'.repeat(5000))",
+    )
+    .await;
     let f = failed(&r);
     assert_eq!(f.code, ErrorCode::InternalError);
     assert!(f.error.starts_with("Error: eeee"));

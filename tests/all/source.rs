@@ -19,13 +19,25 @@ async fn rejected(code: &str) -> String {
 async fn syntax_errors_report_user_positions() {
     let e = rejected("const a = 1;\nconst = 2;").await;
     assert!(e.starts_with("SyntaxError at quickcell:user.js:2:"), "{e}");
-    assert!(e.ends_with("No tools were dispatched; correct the JavaScript source and submit it again."), "{e}");
+    assert!(
+        e.ends_with("No tools were dispatched; correct the JavaScript source and submit it again."),
+        "{e}"
+    );
     let e = rejected("import fs from 'fs';").await;
-    assert!(e.starts_with("SyntaxError at quickcell:user.js:1:1: "), "{e}");
+    assert!(
+        e.starts_with("SyntaxError at quickcell:user.js:1:1: "),
+        "{e}"
+    );
     let e = rejected("import.meta.url").await;
-    assert!(e.starts_with("SyntaxError at quickcell:user.js:1:8: "), "{e}");
+    assert!(
+        e.starts_with("SyntaxError at quickcell:user.js:1:8: "),
+        "{e}"
+    );
     let e = rejected("let x: number = 1;").await;
-    assert!(e.starts_with("SyntaxError at quickcell:user.js:1:"), "TypeScript is a syntax error: {e}");
+    assert!(
+        e.starts_with("SyntaxError at quickcell:user.js:1:"),
+        "TypeScript is a syntax error: {e}"
+    );
     let long = format!("let {} = ;", "a".repeat(10_000));
     let e = rejected(&long).await;
     assert!(e.len() < 500, "{}", e.len());
@@ -45,7 +57,10 @@ async fn module_access_forms_are_rejected() {
         "require /* c */ ('fs')",
     ] {
         let e = rejected(code).await;
-        assert!(e.starts_with("code mode module access is disabled."), "{code}: {e}");
+        assert!(
+            e.starts_with("code mode module access is disabled."),
+            "{code}: {e}"
+        );
     }
 }
 
@@ -64,9 +79,19 @@ async fn lookalikes_are_allowed() {
 
 #[tokio::test]
 async fn shell_shaped_source_is_rejected() {
-    for code in ["ls -la", "#!/bin/sh\necho hi", "git status && git diff", "FOO=1 npm test", "./build.sh --fast", "cat README.md | head"] {
+    for code in [
+        "ls -la",
+        "#!/bin/sh\necho hi",
+        "git status && git diff",
+        "FOO=1 npm test",
+        "./build.sh --fast",
+        "cat README.md | head",
+    ] {
         let e = rejected(code).await;
-        assert!(e.ends_with("Do not retry the same shell command as code."), "{code}: {e}");
+        assert!(
+            e.ends_with("Do not retry the same shell command as code."),
+            "{code}: {e}"
+        );
     }
 }
 

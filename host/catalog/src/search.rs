@@ -1,0 +1,676 @@
+//! The BM25 index and the search procedure (tool-search.md §7).
+
+use crate::expand::{weighted_query, QueryTerm};
+use crate::tokenize::{for_each_token, TokenScratch};
+use std::cmp::Reverse;
+use std::collections::hash_map::RandomState;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::OnceLock;
+
+/// BM25 `k1`.
+pub const K1: f64 = 1.2;
+/// BM25 `b`.
+pub const B: f64 = 0.75;
+
+/// One document handed to [`SearchIndex::new`], in index order.
+#[derive(Debug, Clone)]
+pub struct IndexDoc {
+    /// Catalog id (used for `allowedIds`, exact matching and tie-breaking).
+    pub id: String,
+    /// Tool name (used for exact matching).
+    pub name: String,
+    /// Whether the entry comes from an MCP server (`includeMcp: false` drops it).
+    pub mcp: bool,
+    /// The document's tokens (see [`crate::tokenize`]); duplicates are term
+    /// frequencies.
+    pub tokens: Vec<String>,
+}
+
+/// Search-time filters; they only ever narrow the candidates.
+#[derive(Debug, Clone, Copy)]
+pub struct SearchFilter<'a> {
+    /// Keep MCP entries (default `true`).
+    pub include_mcp: bool,
+    /// When given, only these catalog ids are candidates.
+    pub allowed_ids: Option<&'a HashSet<String>>,
+}
+
+impl Default for SearchFilter<'_> {
+    fn default() -> Self {
+        SearchFilter {
+            include_mcp: true,
+            allowed_ids: None,
+        }
+    }
+}
+
+/// One ranked result of [`SearchIndex::search`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    /// Position of the document in index order.
+    pub doc: usize,
+    /// BM25 score (0 for an unscored exact match).
+    pub score: f64,
+    /// The trimmed query equals the name or id, case-insensitively.
+    pub exact: bool,
+    /// The document contains at least one weight-1 query term.
+    pub matched_literal: bool,
+}
+
+/// An immutable BM25 index over documents in index order.
+///
+/// Statistics (`N`, `n(t)`, `avgLen`) cover every document of the index,
+/// empty ones included; filters only restrict which documents are returned.
+#[derive(Debug, Clone, Default)]
+pub struct SearchIndex {
+    ids: Vec<String>,
+    mcp: Vec<bool>,
+    lens: Vec<u32>,
+    /// `k1 · (1 − b + b · len / avgLen)` per document.
+    norm: Vec<f64>,
+    avg_len: f64,
+    terms: HashMap<String, u32, FastState>,
+    /// Postings in CSR form: the postings of term `t` are
+    /// `post[post_start[t]..post_start[t + 1]]`, each `(doc, tf)` in doc order.
+    post_start: Vec<u32>,
+    post: Vec<(u32, u32)>,
+    /// Lower-cased name or id → first document; further documents sharing
+    /// the key are in `exact_more`.
+    exact: HashMap<String, u32, FastState>,
+    exact_more: HashMap<String, Vec<u32>, FastState>,
+    id_rank: Vec<u32>,
+}
+
+impl SearchIndex {
+    /// Build the index. Documents keep the given order (the index order).
+    pub fn new(docs: Vec<IndexDoc>) -> Self {
+        let mut b = SearchIndexBuilder::with_capacity(docs.len());
+        for doc in docs {
+            b.add_tokens(
+                doc.id,
+                &doc.name,
+                doc.mcp,
+                doc.tokens.iter().map(String::as_str),
+            );
+        }
+        b.finish()
+    }
+
+    /// Number of documents (`N`).
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the index holds no documents.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Catalog id of document `doc`.
+    pub fn id(&self, doc: usize) -> &str {
+        &self.ids[doc]
+    }
+
+    /// Mean document length over all documents.
+    pub fn avg_len(&self) -> f64 {
+        self.avg_len
+    }
+
+    fn postings(&self, t: u32) -> &[(u32, u32)] {
+        let t = t as usize;
+        &self.post[self.post_start[t] as usize..self.post_start[t + 1] as usize]
+    }
+
+    /// `idf(t) = ln(1 + (N − n(t) + 0.5) / (n(t) + 0.5))`.
+    pub fn idf(&self, term: &str) -> f64 {
+        let nt = self.terms.get(term).map_or(0, |&t| self.postings(t).len()) as f64;
+        let n = self.len() as f64;
+        (1.0 + (n - nt + 0.5) / (nt + 0.5)).ln()
+    }
+
+    /// Score every document against a weighted query. Returns
+    /// `(doc, score, matchedLiteral)` for each document with a score > 0, in
+    /// index order.
+    pub fn score(&self, query: &[QueryTerm]) -> Vec<(usize, f64, bool)> {
+        let mut acc = Scores::default();
+        self.accumulate(query, &mut acc);
+        let mut out: Vec<(usize, f64, bool)> = acc
+            .touched
+            .iter()
+            .filter(|&&d| acc.score[d as usize] > 0.0)
+            .map(|&d| (d as usize, acc.score[d as usize], acc.literal[d as usize]))
+            .collect();
+        out.sort_unstable_by_key(|x| x.0);
+        out
+    }
+
+    fn accumulate(&self, query: &[QueryTerm], acc: &mut Scores) {
+        if self.avg_len <= 0.0 {
+            return;
+        }
+        acc.score = vec![0.0; self.len()];
+        acc.literal = vec![false; self.len()];
+        for qt in query {
+            let Some(&t) = self.terms.get(qt.term.as_str()) else {
+                continue;
+            };
+            let idf = self.idf(&qt.term);
+            for &(d, tf) in self.postings(t) {
+                let du = d as usize;
+                let tf = tf as f64;
+                let part = qt.weight * idf * tf * (K1 + 1.0) / (tf + self.norm[du]);
+                // Every contribution is > 0 (idf > 0, w > 0, tf > 0), so a
+                // zero score means this document is touched for the first time.
+                if acc.score[du] == 0.0 {
+                    acc.touched.push(d);
+                }
+                acc.score[du] += part;
+                if qt.weight == 1.0 {
+                    acc.literal[du] = true;
+                }
+            }
+        }
+    }
+
+    /// The search procedure of tool-search.md §7.2 with an already resolved
+    /// `limit` (≥ 1). Returns at most `limit` hits.
+    pub fn search(&self, query: &str, limit: usize, filter: SearchFilter<'_>) -> Vec<Hit> {
+        let q = query.trim();
+        if q.is_empty() || limit == 0 {
+            return Vec::new();
+        }
+        let candidate = |d: usize| {
+            (filter.include_mcp || !self.mcp[d])
+                && filter
+                    .allowed_ids
+                    .is_none_or(|ids| ids.contains(&self.ids[d]))
+        };
+        let lq = q.to_lowercase();
+        let mut exact: Vec<usize> = Vec::new();
+        if let Some(&first) = self.exact.get(&lq) {
+            exact.push(first as usize);
+            if let Some(more) = self.exact_more.get(&lq) {
+                exact.extend(more.iter().map(|&d| d as usize));
+            }
+        }
+        exact.retain(|&d| candidate(d));
+        if limit == 1 && exact.len() == 1 {
+            let d = exact[0];
+            let q = weighted_query(q);
+            let (score, literal) = self
+                .score(&q)
+                .into_iter()
+                .find(|x| x.0 == d)
+                .map_or((0.0, false), |x| (x.1, x.2));
+            return vec![Hit {
+                doc: d,
+                score,
+                exact: true,
+                matched_literal: literal,
+            }];
+        }
+        let wq = weighted_query(q);
+        let mut acc = Scores::default();
+        self.accumulate(&wq, &mut acc);
+        let scored = |d: usize| acc.score.get(d).is_some_and(|&s| s > 0.0);
+        let mut out: Vec<Hit> = exact
+            .iter()
+            .filter(|&&d| !scored(d))
+            .map(|&d| Hit {
+                doc: d,
+                score: 0.0,
+                exact: true,
+                matched_literal: false,
+            })
+            .collect();
+        // Bounded top-k selection: a min-heap of the best `need` candidates.
+        // The candidate filter runs only for hits that would enter the heap.
+        let need = limit.saturating_sub(out.len());
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(need + 1);
+        if need > 0 {
+            for &d in &acc.touched {
+                let d = d as usize;
+                let score = acc.score[d];
+                if score <= 0.0 {
+                    continue;
+                }
+                let r = Ranked {
+                    exact: !exact.is_empty() && exact.contains(&d),
+                    literal: acc.literal[d],
+                    score,
+                    rank: self.id_rank[d],
+                    doc: d,
+                };
+                if heap.len() == need && heap.peek().is_some_and(|min| r <= min.0) {
+                    continue;
+                }
+                if !candidate(d) {
+                    continue;
+                }
+                heap.push(Reverse(r));
+                if heap.len() > need {
+                    heap.pop();
+                }
+            }
+        }
+        let mut best: Vec<Ranked> = heap.into_iter().map(|r| r.0).collect();
+        best.sort_unstable_by(|a, b| b.cmp(a));
+        out.extend(best.into_iter().map(|r| Hit {
+            doc: r.doc,
+            score: r.score,
+            exact: r.exact,
+            matched_literal: r.literal,
+        }));
+        out.truncate(limit);
+        out
+    }
+}
+
+/// Heap item; "greater" means ranked earlier: exact first, then
+/// matchedLiteral, then score descending, then id ascending (collation rank).
+struct Ranked {
+    exact: bool,
+    literal: bool,
+    score: f64,
+    rank: u32,
+    doc: usize,
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.exact
+            .cmp(&other.exact)
+            .then(self.literal.cmp(&other.literal))
+            .then(self.score.total_cmp(&other.score))
+            .then(other.rank.cmp(&self.rank))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Ranked {}
+
+/// Incremental construction of a [`SearchIndex`]; documents are added in
+/// index order. Tokens are interned directly, without a per-document token
+/// list.
+#[derive(Debug, Default)]
+pub struct SearchIndexBuilder {
+    index: SearchIndex,
+    total: u64,
+    doc_terms: Vec<u32>,
+    /// `(term, doc, tf)` in doc order; turned into CSR postings by `finish`.
+    triples: Vec<(u32, u32, u32)>,
+    lower: String,
+    scratch: TokenScratch,
+}
+
+impl SearchIndexBuilder {
+    /// A builder expecting about `n` documents.
+    pub fn with_capacity(n: usize) -> Self {
+        let mut b = SearchIndexBuilder::default();
+        b.index.ids.reserve(n);
+        b.index.mcp.reserve(n);
+        b.index.lens.reserve(n);
+        b.index.terms.reserve(n * 2);
+        b.index.exact.reserve(n * 2);
+        b.triples.reserve(n * 24);
+        b
+    }
+
+    fn intern(terms: &mut HashMap<String, u32, FastState>, t: &str) -> u32 {
+        if let Some(&id) = terms.get(t) {
+            return id;
+        }
+        let id = terms.len() as u32;
+        terms.insert(t.to_string(), id);
+        id
+    }
+
+    /// Add a document from already tokenized text.
+    pub fn add_tokens<'a>(
+        &mut self,
+        id: String,
+        name: &str,
+        mcp: bool,
+        tokens: impl IntoIterator<Item = &'a str>,
+    ) {
+        self.doc_terms.clear();
+        for t in tokens {
+            let term = Self::intern(&mut self.index.terms, t);
+            self.doc_terms.push(term);
+        }
+        self.finish_doc(id, name, mcp);
+    }
+
+    /// Add a document whose text is supplied piece by piece: `fill` receives
+    /// a sink; every piece passed to it is tokenized as by
+    /// [`crate::tokenize`] (pieces behave as if joined by spaces).
+    pub fn add_text(
+        &mut self,
+        id: String,
+        name: &str,
+        mcp: bool,
+        fill: impl FnOnce(&mut dyn FnMut(&str)),
+    ) {
+        self.doc_terms.clear();
+        {
+            let SearchIndexBuilder {
+                index,
+                doc_terms,
+                scratch,
+                ..
+            } = self;
+            let terms = &mut index.terms;
+            let mut sink = |text: &str| {
+                for_each_token(text, scratch, &mut |t: &str| {
+                    doc_terms.push(Self::intern(terms, t));
+                });
+            };
+            fill(&mut sink);
+        }
+        self.finish_doc(id, name, mcp);
+    }
+
+    fn add_exact(&mut self, key_source: &str, d: u32) {
+        let lower = &mut self.lower;
+        lower.clear();
+        if key_source.is_ascii() {
+            lower.push_str(key_source);
+            lower.make_ascii_lowercase();
+        } else {
+            lower.push_str(&key_source.to_lowercase());
+        }
+        let index = &mut self.index;
+        match index.exact.get(lower.as_str()) {
+            None => {
+                index.exact.insert(lower.clone(), d);
+            }
+            Some(&first) if first != d => {
+                let more = index.exact_more.entry(lower.clone()).or_default();
+                if more.last() != Some(&d) {
+                    more.push(d);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    fn finish_doc(&mut self, id: String, name: &str, mcp: bool) {
+        let d = self.index.ids.len() as u32;
+        let len = self.doc_terms.len();
+        self.doc_terms.sort_unstable();
+        let mut i = 0;
+        while i < len {
+            let mut j = i;
+            while j < len && self.doc_terms[j] == self.doc_terms[i] {
+                j += 1;
+            }
+            self.triples.push((self.doc_terms[i], d, (j - i) as u32));
+            i = j;
+        }
+        self.total += len as u64;
+        self.index.lens.push(len as u32);
+        self.add_exact(name, d);
+        self.add_exact(&id, d);
+        self.index.ids.push(id);
+        self.index.mcp.push(mcp);
+    }
+
+    /// Finish: CSR postings, `avgLen`, per-document normalization and the id
+    /// collation ranks.
+    pub fn finish(self) -> SearchIndex {
+        let mut index = self.index;
+        let n = index.ids.len();
+        // Counting sort of the triples by term; docs stay ascending.
+        let nterms = index.terms.len();
+        let mut start = vec![0u32; nterms + 1];
+        for &(t, _, _) in &self.triples {
+            start[t as usize + 1] += 1;
+        }
+        for t in 0..nterms {
+            start[t + 1] += start[t];
+        }
+        let mut fill = start.clone();
+        let mut post = vec![(0u32, 0u32); self.triples.len()];
+        for &(t, d, tf) in &self.triples {
+            let slot = &mut fill[t as usize];
+            post[*slot as usize] = (d, tf);
+            *slot += 1;
+        }
+        index.post_start = start;
+        index.post = post;
+        index.avg_len = if n == 0 {
+            0.0
+        } else {
+            self.total as f64 / n as f64
+        };
+        let avg = index.avg_len;
+        index.norm = index
+            .lens
+            .iter()
+            .map(|&len| K1 * (1.0 - B + B * len as f64 / avg))
+            .collect();
+        let lower: Vec<String> = index.ids.iter().map(|i| i.to_lowercase()).collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by(|&a, &b| {
+            lower[a]
+                .cmp(&lower[b])
+                .then_with(|| index.ids[a].cmp(&index.ids[b]))
+        });
+        index.id_rank = vec![0; n];
+        for (rank, d) in order.into_iter().enumerate() {
+            index.id_rank[d] = rank as u32;
+        }
+        index
+    }
+}
+
+/// A fast multiplicative string hasher with a per-process random seed (so
+/// crafted untrusted descriptions cannot precompute collisions).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FastState(u64);
+
+impl Default for FastState {
+    fn default() -> Self {
+        static SEED: OnceLock<u64> = OnceLock::new();
+        FastState(*SEED.get_or_init(|| RandomState::new().build_hasher().finish() | 1))
+    }
+}
+
+impl BuildHasher for FastState {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(self.0)
+    }
+}
+
+pub(crate) struct FastHasher(u64);
+
+impl FastHasher {
+    #[inline]
+    fn mix(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.mix(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.mix(u64::from_le_bytes(buf) ^ ((rest.len() as u64) << 59));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.mix(u64::from(i));
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.mix(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x
+    }
+}
+
+#[derive(Default)]
+struct Scores {
+    score: Vec<f64>,
+    literal: Vec<bool>,
+    touched: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenize::tokenize;
+
+    fn doc(id: &str, name: &str, mcp: bool, text: &str) -> IndexDoc {
+        IndexDoc {
+            id: id.into(),
+            name: name.into(),
+            mcp,
+            tokens: tokenize(&format!("{name} {id} {text}")),
+        }
+    }
+
+    fn ids(index: &SearchIndex, hits: &[Hit]) -> Vec<String> {
+        hits.iter().map(|h| index.id(h.doc).to_string()).collect()
+    }
+
+    #[test]
+    fn exact_bm25_score_two_documents() {
+        let index = SearchIndex::new(vec![
+            IndexDoc {
+                id: "d1".into(),
+                name: "d1".into(),
+                mcp: false,
+                tokens: tokenize("needle needle"),
+            },
+            IndexDoc {
+                id: "d2".into(),
+                name: "d2".into(),
+                mcp: false,
+                tokens: vec![],
+            },
+        ]);
+        assert_eq!(index.avg_len(), 1.0);
+        let scored = index.score(&weighted_query("needle"));
+        assert_eq!(scored.len(), 1);
+        let (d, score, literal) = scored[0];
+        assert_eq!(d, 0);
+        assert!(literal);
+        let expected = 2f64.ln() * 2.0 * 2.2 / (2.0 + 1.2 * 1.75);
+        assert_eq!(score, expected);
+        assert!((score - 0.743865).abs() < 1e-6, "{score}");
+        let hits = index.search("needle", 8, SearchFilter::default());
+        assert_eq!(hits.len(), 1);
+        assert!(hits[0].matched_literal && !hits[0].exact);
+    }
+
+    #[test]
+    fn exact_ties_break_by_id() {
+        let index = SearchIndex::new(vec![
+            doc("z", "harvest", false, ""),
+            doc("a", "harvest", false, ""),
+            doc("m", "HARVEST", false, ""),
+            doc("records", "records", false, "harvest"),
+        ]);
+        let hits = index.search("harvest", 2, SearchFilter::default());
+        assert_eq!(ids(&index, &hits), ["a", "m"]);
+        let all = index.search("harvest", 10, SearchFilter::default());
+        assert_eq!(ids(&index, &all), ["a", "m", "z", "records"]);
+        assert!(all[..3].iter().all(|h| h.exact));
+    }
+
+    #[test]
+    fn equal_scores_sort_by_id_collation() {
+        let index = SearchIndex::new(vec![
+            doc("beta", "beta", false, "widget"),
+            doc("Gamma", "Gamma", false, "widget"),
+            doc("alpha", "alpha", false, "widget"),
+        ]);
+        let hits = index.search("widget", 10, SearchFilter::default());
+        assert_eq!(ids(&index, &hits), ["alpha", "beta", "Gamma"]);
+        assert_eq!(hits[0].score, hits[2].score);
+    }
+
+    #[test]
+    fn stopword_named_tools() {
+        let index = SearchIndex::new(vec![
+            doc("z-local", "do", false, ""),
+            doc("a-remote", "DO", true, ""),
+            doc("m-local", "do", false, ""),
+            doc("other", "other", false, ""),
+        ]);
+        let f = SearchFilter::default();
+        assert_eq!(
+            ids(&index, &index.search(" DO ", 8, f)),
+            ["z-local", "a-remote", "m-local"]
+        );
+        assert_eq!(
+            ids(&index, &index.search(" DO ", 2, f)),
+            ["z-local", "a-remote"]
+        );
+        let no_mcp = SearchFilter {
+            include_mcp: false,
+            allowed_ids: None,
+        };
+        assert_eq!(ids(&index, &index.search(" DO ", 1, no_mcp)), ["z-local"]);
+        let allowed: HashSet<String> = ["a-remote".to_string(), "m-local".to_string()].into();
+        let narrowed = SearchFilter {
+            include_mcp: false,
+            allowed_ids: Some(&allowed),
+        };
+        assert_eq!(ids(&index, &index.search(" DO ", 1, narrowed)), ["m-local"]);
+    }
+
+    #[test]
+    fn empty_and_unmatched_queries_return_nothing() {
+        let index = SearchIndex::new(vec![doc("x", "web_search", false, "Search the web")]);
+        let f = SearchFilter::default();
+        assert!(index.search("", 8, f).is_empty());
+        assert!(index.search("   ", 8, f).is_empty());
+        assert!(index.search("the and with", 8, f).is_empty());
+        assert!(index.search("価格を調べて", 8, f).is_empty());
+        assert!(SearchIndex::new(vec![]).search("web", 8, f).is_empty());
+    }
+
+    #[test]
+    fn literal_matches_rank_before_expansion_only_matches() {
+        // `price` adds `search`/`web` at 0.35; a doc matching only the added
+        // terms must come after any doc matching a literal term, even if its
+        // score is higher.
+        let index = SearchIndex::new(vec![
+            doc("w", "web_search", false, "search web search web search web"),
+            doc("p", "pricing", false, "price table"),
+        ]);
+        let hits = index.search("price", 8, SearchFilter::default());
+        assert_eq!(ids(&index, &hits), ["p", "w"]);
+        assert!(hits[0].matched_literal && !hits[1].matched_literal);
+        assert!(hits[1].score > 0.0);
+    }
+}

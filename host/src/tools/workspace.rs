@@ -1,0 +1,419 @@
+//! Built-in workspace tools `read`, `ls`, `find` and `grep`.
+//!
+//! All four work on one directory, the *workspace*, opened once with
+//! `cap-std` ([`cap_std::fs::Dir::open_ambient_dir`]). They are read-only
+//! and replay-safe, and never write, create or delete anything.
+//!
+//! # Paths
+//!
+//! Every `path` argument is relative to the workspace root, with `/` as
+//! the separator; `""` and `"."` mean the root. `.` components and empty
+//! components are ignored and `..` is resolved lexically. The following
+//! fail with an `invalid_input` error that says the path is outside the
+//! workspace:
+//!
+//! - an absolute path (`/etc/passwd`);
+//! - a `..` that climbs above the root (`../x`, `a/../../x`);
+//! - a symlink whose target leads outside the workspace, or whose target
+//!   is absolute (even one pointing back inside): `cap-std` refuses to
+//!   resolve it.
+//!
+//! Symlinks that stay inside the workspace work for `read`, `ls` and as
+//! the `path` of `find`/`grep`. The recursive walk of `find` and `grep`
+//! never follows symlinks (it reports them, `find` can match them, but it
+//! does not descend into or read through them) and does not descend into
+//! directories named `.git`, nor deeper than [`MAX_WALK_DEPTH`] levels.
+//! Unreadable directories and files met during a walk are skipped. File
+//! names that are not valid UTF-8 are shown with U+FFFD replacements.
+//!
+//! # `read { path, offset?, limit?, cursor? }`
+//!
+//! Pages a text file by lines. `offset` is the 1-based number of the first
+//! line (default 1); `limit` the most lines to return (default
+//! [`READ_DEFAULT_LIMIT`], at most [`READ_MAX_LIMIT`]); `cursor` (default 0)
+//! a byte position inside line `offset` to resume a line that an earlier
+//! page cut. A page holds at most [`READ_MAX_PAGE_BYTES`] bytes of file data.
+//!
+//! - Last page: `{ kind: "text", path, content, offset, totalLines }`.
+//! - More remains: `{ kind: "truncated", path, content, offset,
+//!   continuation: { offset, limit, cursor? } }`. Call `read` again with
+//!   the same `path` and the continuation's fields. Without `cursor` the
+//!   next page starts on a new line: join pages with `"\n"`. With `cursor`
+//!   (one line longer than a page) the next page continues the same line:
+//!   join pages directly.
+//!
+//! `content` is the lines joined with `"\n"` (a final line break of the
+//! file is not included; `\r` is kept). `totalLines` counts lines the way
+//! `content` does: `"a\nb\n"` and `"a\nb"` both have 2, an empty file 0.
+//! A file with a NUL byte in its first [`BINARY_SNIFF_BYTES`] bytes is
+//! binary and fails with a `tool_error`; other bytes that are not UTF-8
+//! become U+FFFD. Directories fail with a `tool_error`; an `offset` past
+//! the last line too.
+//!
+//! # `ls { path?, after?, limit? }`
+//!
+//! Lists a directory (default the root), sorted by name (byte order).
+//! Returns `{ path, content, entries: [{ name, type, size? }], nextAfter? }`.
+//! `type` is `"file"`, `"dir"`, `"symlink"` or `"other"` (symlinks are not
+//! followed), `size` is given for files in bytes. `content` is the listing
+//! text, one entry per line with `ls -F` markers (`dir/`, `link@`), plus a
+//! notice when more entries remain or the directory is empty. Only names
+//! sorting strictly after `after` are listed, at most `limit` (default
+//! [`LS_DEFAULT_LIMIT`], at most [`LS_MAX_LIMIT`]); `nextAfter`, present
+//! only when more entries remain, is the `after` of the next page.
+//!
+//! # `find { pattern, path?, limit? }`
+//!
+//! Walks `path` (a directory, default the root) depth first in name order
+//! and matches a glob (`globset` syntax: `*`, `?`, `[ab]`, `{a,b}`, `**`;
+//! `*` does not cross `/`). A pattern without `/` matches entry names at
+//! any depth (`*.rs`); one with `/` matches the path relative to `path`
+//! (`src/**/*.rs`). Files, directories and symlinks can match. Returns
+//! `{ pattern, path, content, matches: [{ path, type }], truncated }` with
+//! workspace-relative paths, at most `limit` (default
+//! [`FIND_DEFAULT_LIMIT`], at most [`FIND_MAX_LIMIT`]). `truncated` is true
+//! when more matches exist or the walk stopped at [`MAX_WALK_ENTRIES`];
+//! `content` then ends with a notice saying so; with no match it says so.
+//!
+//! # `grep { pattern, path?, glob?, limit?, ignoreCase? }`
+//!
+//! Searches text files under `path` (a file or a directory, default the
+//! root) for a regular expression (`regex` crate syntax, linear time),
+//! line by line, case-insensitively when `ignoreCase` is true. `glob`
+//! filters the files searched, with `find`'s rules. Files larger than
+//! [`GREP_MAX_FILE_BYTES`] are skipped (and counted), binary files (NUL in
+//! the first [`BINARY_SNIFF_BYTES`]) silently skipped, and the search
+//! stops after reading [`GREP_MAX_SCAN_BYTES`] in total. Returns
+//! `{ pattern, path, content, matches: [{ path, line, text }], truncated,
+//! skippedFiles? }`: `line` is 1-based, `text` is the line without its line
+//! break, at most [`GREP_MAX_LINE_BYTES`] bytes around the first match
+//! (cut at character boundaries, marked with `…`). `content` holds one
+//! `path:line:text` per match, then notices. At most `limit` matches
+//! (default [`GREP_DEFAULT_LIMIT`], at most [`GREP_MAX_LIMIT`]); `truncated`
+//! is true when more exist or a walk or scan cap stopped the search.
+//!
+//! # Errors and cancellation
+//!
+//! Bad arguments (unknown keys, wrong types, out-of-range numbers, invalid
+//! regex or glob, paths outside the workspace) are `invalid_input`; missing
+//! files, wrong file types and I/O failures are `tool_error`. The file
+//! system work runs on Tokio's blocking pool; a cancelled call returns at
+//! once and the work stops at its next check (per directory entry, per
+//! file, per 64 KiB read).
+
+use super::{CancelSignal, Tool, ToolError};
+use cap_std::fs::Dir;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use super::find::{FIND_DEFAULT_LIMIT, FIND_MAX_LIMIT};
+pub use super::grep::{
+    GREP_DEFAULT_LIMIT, GREP_MAX_FILE_BYTES, GREP_MAX_LIMIT, GREP_MAX_LINE_BYTES,
+    GREP_MAX_SCAN_BYTES,
+};
+pub use super::ls::{LS_DEFAULT_LIMIT, LS_MAX_LIMIT};
+pub use super::read::{READ_DEFAULT_LIMIT, READ_MAX_LIMIT, READ_MAX_PAGE_BYTES};
+pub use super::walk::{MAX_WALK_DEPTH, MAX_WALK_ENTRIES};
+
+/// Bytes examined at the start of a file to tell binary from text: 8 KiB.
+/// A NUL byte among them makes the file binary.
+pub const BINARY_SNIFF_BYTES: usize = 8192;
+
+/// The workspace directory, opened as a capability.
+#[derive(Debug)]
+pub struct Workspace {
+    dir: Dir,
+    root: PathBuf,
+}
+
+impl Workspace {
+    /// Opens `root`, which must be an existing directory.
+    pub fn open(root: &Path) -> Result<Self, String> {
+        let meta =
+            std::fs::metadata(root).map_err(|e| format!("workspace {}: {e}", root.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("workspace {}: not a directory", root.display()));
+        }
+        let dir = Dir::open_ambient_dir(root, cap_std::ambient_authority())
+            .map_err(|e| format!("workspace {}: {e}", root.display()))?;
+        Ok(Self {
+            dir,
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// The path the workspace was opened with (for display only; all
+    /// access goes through the capability).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The capability directory.
+    pub(crate) fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Normalizes a `path` argument (see the module docs).
+    pub(crate) fn resolve(&self, tool: &str, path: &str) -> Result<RelPath, ToolError> {
+        RelPath::parse(tool, path)
+    }
+}
+
+/// The built-in workspace tools over `root`, in the order `read`, `ls`,
+/// `find`, `grep`. Fails if `root` is not a directory.
+pub fn workspace_tools(root: &Path) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let ws = Arc::new(Workspace::open(root)?);
+    Ok(vec![
+        Arc::new(super::read::ReadTool::new(ws.clone())),
+        Arc::new(super::ls::LsTool::new(ws.clone())),
+        Arc::new(super::find::FindTool::new(ws.clone())),
+        Arc::new(super::grep::GrepTool::new(ws)),
+    ])
+}
+
+/// A normalized workspace-relative path: no empty, `.` or `..` parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RelPath {
+    parts: Vec<String>,
+}
+
+impl RelPath {
+    pub(crate) fn parse(tool: &str, input: &str) -> Result<Self, ToolError> {
+        let outside = || {
+            ToolError::invalid_input(format!(
+                "{tool}: path `{input}` is outside the workspace; paths are relative to the workspace root and may not leave it"
+            ))
+        };
+        if input.contains('\0') {
+            return Err(ToolError::invalid_input(format!(
+                "{tool}: path must not contain NUL characters"
+            )));
+        }
+        if input.starts_with('/') || Path::new(input).is_absolute() {
+            return Err(outside());
+        }
+        let mut parts: Vec<String> = Vec::new();
+        for part in input.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    parts.pop().ok_or_else(outside)?;
+                }
+                p => parts.push(p.to_owned()),
+            }
+        }
+        Ok(Self { parts })
+    }
+
+    /// Whether this is the workspace root.
+    pub(crate) fn is_root(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The path for `cap-std` calls (`.` for the root).
+    pub(crate) fn fs_path(&self) -> PathBuf {
+        if self.is_root() {
+            PathBuf::from(".")
+        } else {
+            self.parts.iter().collect()
+        }
+    }
+
+    /// The path shown in results (`.` for the root).
+    pub(crate) fn display(&self) -> String {
+        if self.is_root() {
+            ".".to_owned()
+        } else {
+            self.parts.join("/")
+        }
+    }
+
+    /// Joins a walk-relative path onto this one for display.
+    pub(crate) fn join_display(&self, sub: &str) -> String {
+        if self.is_root() {
+            sub.to_owned()
+        } else {
+            format!("{}/{sub}", self.parts.join("/"))
+        }
+    }
+}
+
+/// Maps an I/O error on `path` to a [`ToolError`]: escapes detected by
+/// `cap-std` become `invalid_input`, everything else `tool_error`.
+pub(crate) fn io_error(tool: &str, path: &str, e: io::Error) -> ToolError {
+    // cap-std reports an escape as PermissionDenied without an OS error
+    // code; a real EACCES carries one.
+    if e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none() {
+        return ToolError::invalid_input(format!(
+            "{tool}: path `{path}` leads outside the workspace (through a symlink that points outside it or to an absolute target)"
+        ));
+    }
+    let what = match e.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        _ => e.to_string(),
+    };
+    ToolError::tool(format!("{tool}: `{path}`: {what}"))
+}
+
+/// The error a cancelled workspace call returns.
+pub(crate) fn cancelled(tool: &str) -> ToolError {
+    ToolError::tool(format!("{tool}: cancelled"))
+}
+
+/// Runs blocking file-system work `f` on Tokio's blocking pool; returns
+/// as soon as `cancel` fires (the work sees the same signal and stops at
+/// its next check).
+pub(crate) async fn run_blocking<T, F>(
+    tool: &'static str,
+    cancel: CancelSignal,
+    f: F,
+) -> Result<T, ToolError>
+where
+    T: Send + 'static,
+    F: FnOnce(&CancelSignal) -> Result<T, ToolError> + Send + 'static,
+{
+    if cancel.is_cancelled() {
+        return Err(cancelled(tool));
+    }
+    let token = cancel.clone();
+    let task = tokio::task::spawn_blocking(move || f(&token));
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(cancelled(tool)),
+        joined = task => joined.unwrap_or_else(|e| Err(ToolError::tool(format!("{tool}: internal failure: {e}")))),
+    }
+}
+
+/// Whether `prefix` (the first bytes of a file) marks a binary file.
+pub(crate) fn looks_binary(prefix: &[u8]) -> bool {
+    prefix[..prefix.len().min(BINARY_SNIFF_BYTES)].contains(&0)
+}
+
+/// The longest prefix of `bytes` of at most `max` bytes that does not end
+/// inside a UTF-8 sequence (when `bytes` is UTF-8 there).
+pub(crate) fn cut_at_char_boundary(bytes: &[u8], max: usize) -> usize {
+    if bytes.len() <= max {
+        return bytes.len();
+    }
+    let mut end = max;
+    // Back off over continuation bytes (at most 3) to a sequence start.
+    while end > 0 && max - end < 3 && bytes[end] & 0xC0 == 0x80 {
+        end -= 1;
+    }
+    if bytes[end] & 0xC0 == 0x80 {
+        max // not UTF-8 here anyway
+    } else {
+        end
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+
+    /// A fresh directory under the system temp dir, removed on drop.
+    pub(crate) struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub(crate) fn new(tag: &str) -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let p = std::env::temp_dir()
+                .join(format!("quickcell-tools-{}-{tag}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+
+        pub(crate) fn path(&self) -> &Path {
+            &self.0
+        }
+
+        /// Writes `content` to `rel`, creating parent directories.
+        pub(crate) fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
+            let p = self.0.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+    }
+
+    /// Panics unless `v` is valid against the JSON Schema `schema`.
+    pub(crate) fn check_schema(schema: &serde_json::Value, v: &serde_json::Value) {
+        let validator = jsonschema::validator_for(schema).unwrap();
+        if let Err(e) = validator.validate(v) {
+            panic!("output {v} violates schema: {e}");
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::TempDir;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn relpath_normalizes_and_rejects_escapes() {
+        let ok = |s: &str| RelPath::parse("t", s).unwrap().display();
+        assert_eq!(ok(""), ".");
+        assert_eq!(ok("."), ".");
+        assert_eq!(ok("./a//b/"), "a/b");
+        assert_eq!(ok("a/../b"), "b");
+        assert_eq!(ok("a/.."), ".");
+        for bad in ["..", "../x", "a/../../x", "/etc/passwd", "/"] {
+            let e = RelPath::parse("t", bad).unwrap_err();
+            assert_eq!(e.code, super::super::ToolErrorCode::InvalidInput, "{bad}");
+            assert!(
+                e.message.contains("is outside the workspace"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        assert!(RelPath::parse("t", "a\0b").is_err());
+        let p = RelPath::parse("t", "x/y").unwrap();
+        assert_eq!(p.fs_path(), PathBuf::from("x/y"));
+        assert_eq!(p.join_display("z"), "x/y/z");
+        assert_eq!(RelPath::parse("t", "").unwrap().join_display("z"), "z");
+    }
+
+    #[test]
+    fn char_boundary_cuts() {
+        let s = "aé€😀".as_bytes(); // 1 + 2 + 3 + 4 bytes
+        assert_eq!(cut_at_char_boundary(s, 100), 10);
+        assert_eq!(cut_at_char_boundary(s, 2), 1);
+        assert_eq!(cut_at_char_boundary(s, 3), 3);
+        assert_eq!(cut_at_char_boundary(s, 5), 3);
+        assert_eq!(cut_at_char_boundary(s, 8), 6);
+        assert_eq!(cut_at_char_boundary(&[0x80; 10], 5), 5);
+    }
+
+    #[test]
+    fn root_must_be_a_directory() {
+        let tmp = TempDir::new("root");
+        tmp.write("f.txt", "x");
+        assert!(workspace_tools(&tmp.path().join("f.txt"))
+            .err()
+            .unwrap()
+            .contains("not a directory"));
+        assert!(workspace_tools(&tmp.path().join("missing")).is_err());
+        let tools = workspace_tools(tmp.path()).unwrap();
+        let names: Vec<_> = tools.iter().map(|t| t.name().to_owned()).collect();
+        assert_eq!(names, ["read", "ls", "find", "grep"]);
+        for t in &tools {
+            assert!(t.replay_safe());
+            assert!(!t.description().is_empty());
+            assert_eq!(t.input_schema()["type"], json!("object"));
+            assert_eq!(t.input_schema()["additionalProperties"], json!(false));
+            assert!(t.output_schema().is_some());
+        }
+    }
+}
