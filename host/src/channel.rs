@@ -31,11 +31,6 @@ impl OutputBuffer {
         }
     }
 
-    /// The most entry bytes this buffer keeps.
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
-    }
-
     /// Appends one entry's JSON text as the guest emitted it.
     pub(crate) fn push_raw(&mut self, bytes: &[u8]) {
         if self.dropped_entries == 0 && self.kept_bytes + bytes.len() <= self.cap {
@@ -54,11 +49,6 @@ impl OutputBuffer {
         }
         self.dropped_entries += 1;
         self.dropped_bytes += bytes.len();
-    }
-
-    /// The kept entries, oldest first.
-    pub(crate) fn entries(&self) -> &[String] {
-        &self.entries
     }
 
     /// The entries as JSON values for budget fitting. When entries were
@@ -93,10 +83,5 @@ impl OutputBuffer {
             }
             None => 0,
         }
-    }
-
-    /// Whether nothing was emitted.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.dropped_entries == 0
     }
 }

@@ -6,7 +6,8 @@
 //! and malformed files are errors that name the key or line.
 
 use crate::error::Error;
-use std::path::Path;
+use crate::tools::CommandToolConfig;
+use std::path::{Path, PathBuf};
 
 /// Fuel allowance of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,10 +208,31 @@ impl Limits {
 }
 
 /// The parsed configuration file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// ```toml
+/// [limits]
+/// timeout_ms = 5000
+///
+/// [workspace]
+/// root = "."          # relative to the config file's directory
+///
+/// [[tools]]
+/// name = "weather"
+/// description = "Current weather for a city"
+/// input_schema = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+/// command = ["./weather.sh"]
+/// replay_safe = true
+/// timeout_ms = 5000
+/// ```
+#[derive(Debug, Clone, Default)]
 pub struct Config {
     /// The `[limits]` table.
     pub limits: Limits,
+    /// `[[tools]]`: command tools, in file order.
+    pub tools: Vec<CommandToolConfig>,
+    /// `[workspace] root`: the directory the built-in `read`, `ls`, `find`
+    /// and `grep` tools serve. Absent → no workspace tools.
+    pub workspace_root: Option<PathBuf>,
 }
 
 impl Config {
@@ -218,10 +240,18 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-        Self::parse(&text).map_err(|e| match e {
+        let mut config = Self::parse(&text).map_err(|e| match e {
             Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
             other => other,
-        })
+        })?;
+        // A relative workspace root is relative to the config file.
+        if let Some(root) = &config.workspace_root {
+            if root.is_relative() {
+                let base = path.parent().unwrap_or(Path::new("."));
+                config.workspace_root = Some(base.join(root));
+            }
+        }
+        Ok(config)
     }
 
     /// Parses TOML configuration text.
@@ -243,9 +273,34 @@ impl Config {
                         .ok_or_else(|| Error::Config("`limits` must be a table".into()))?;
                     config.limits = parse_limits(limits)?;
                 }
+                "tools" => {
+                    config.tools = crate::tools::parse_tools(value).map_err(Error::Config)?;
+                }
+                "workspace" => {
+                    let table = value
+                        .as_table()
+                        .ok_or_else(|| Error::Config("`workspace` must be a table".into()))?;
+                    for (key, value) in table {
+                        match (key.as_str(), value) {
+                            ("root", toml::Value::String(root)) => {
+                                config.workspace_root = Some(PathBuf::from(root));
+                            }
+                            ("root", _) => {
+                                return Err(Error::Config(
+                                    "`workspace.root` must be a string".into(),
+                                ))
+                            }
+                            (other, _) => {
+                                return Err(Error::Config(format!(
+                                    "unknown key `workspace.{other}`; known keys: root"
+                                )))
+                            }
+                        }
+                    }
+                }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown configuration key `{other}`"
+                        "unknown configuration key `{other}`; known keys: limits, tools, workspace"
                     )));
                 }
             }
@@ -308,6 +363,25 @@ mod tests {
         assert!(e.contains("limits.timeout"), "{e}");
         let e = Config::parse("[limitz]\n").unwrap_err().to_string();
         assert!(e.contains("limitz"), "{e}");
+    }
+
+    #[test]
+    fn tools_and_workspace() {
+        let c = Config::parse(
+            "[workspace]\nroot = \"/tmp\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = { type = \"object\" }\ncommand = [\"/bin/true\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.workspace_root.as_deref(), Some(Path::new("/tmp")));
+        assert_eq!(c.tools.len(), 1);
+        assert_eq!(c.tools[0].name, "t");
+        let e = Config::parse("[workspace]\nroots = \"/\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workspace.roots"), "{e}");
+        let e = Config::parse("[[tools]]\nname = \"t\"\ncmd = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tools[0]"), "{e}");
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod engine;
 mod error;
 mod input;
 mod output;
+mod registry;
 mod result;
 mod runtime;
 mod source;
@@ -58,8 +59,12 @@ pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
 pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, MAX_TITLE_CHARS};
+pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
 pub use result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, SourceCounts, Telemetry};
 pub use runtime::{Runtime, RuntimeBuilder};
+
+/// The tool catalog and Tool Search (the `quickcell-catalog` crate).
+pub use quickcell_catalog as catalog;
 
 /// Guest internals exposed for tests and benchmarks; not a stable API.
 #[doc(hidden)]

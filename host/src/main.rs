@@ -1,7 +1,7 @@
 //! The `quickcell` command-line interface.
 
 use clap::{Args, Parser, Subcommand};
-use quickcell::{CellResult, Config, ExecInput, Runtime};
+use quickcell::{CellResult, Config, ExecInput, Runtime, ToolRegistry};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,13 +19,37 @@ enum Command {
     /// Runs one cell and prints the result as one line of compact JSON.
     /// Exit status: 0 completed, 1 failed, 2 usage or configuration error.
     Exec(ExecArgs),
+    /// Searches the tool catalog and prints the ranked hits as JSON.
+    Search(SearchArgs),
+    /// Prints the directory of deferred tools (names and descriptions).
+    Tools(CatalogArgs),
+}
+
+#[derive(Args)]
+struct CatalogArgs {
+    /// TOML configuration file (`[[tools]]`, `[workspace]`, `[limits]`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Serve the built-in read-only workspace tools over this directory.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct SearchArgs {
+    /// What to look for, in words.
+    query: String,
+    /// Most hits to return (clamped to 1–max_search_limit).
+    #[arg(long, value_name = "N")]
+    limit: Option<i64>,
+    #[command(flatten)]
+    catalog: CatalogArgs,
 }
 
 #[derive(Args)]
 struct ExecArgs {
-    /// TOML configuration file (`[limits]` with the contract's keys in snake_case).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    catalog: CatalogArgs,
     /// The cell's title; derived from the source when omitted.
     #[arg(long, value_name = "TEXT")]
     title: Option<String>,
@@ -63,16 +87,56 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Exec(args) => runtime.block_on(exec(args)),
+        Command::Search(args) => search(args),
+        Command::Tools(args) => tools(args),
+    }
+}
+
+/// Loads the config and the tool registry named by the arguments.
+fn load(args: &CatalogArgs) -> Result<(Config, ToolRegistry), String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(dir) = &args.workspace {
+        config.workspace_root = Some(dir.clone());
+    }
+    let registry = ToolRegistry::from_config(&config).map_err(|e| e.to_string())?;
+    Ok((config, registry))
+}
+
+fn search(args: SearchArgs) -> ExitCode {
+    let (_, registry) = match load(&args.catalog) {
+        Ok(x) => x,
+        Err(e) => return usage_error(e),
+    };
+    let mut request = serde_json::json!({ "query": args.query });
+    if let Some(limit) = args.limit {
+        request["limit"] = limit.into();
+    }
+    match registry.catalog().tool_search(&request) {
+        Ok(hits) => {
+            println!("{hits}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage_error(e),
+    }
+}
+
+fn tools(args: CatalogArgs) -> ExitCode {
+    match load(&args) {
+        Ok((_, registry)) => {
+            println!("{}", registry.catalog().directory());
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage_error(e),
     }
 }
 
 async fn exec(args: ExecArgs) -> ExitCode {
-    let config = match &args.config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => return usage_error(e),
-        },
-        None => Config::default(),
+    let (config, registry) = match load(&args.catalog) {
+        Ok(x) => x,
+        Err(e) => return usage_error(e),
     };
     let source = match (&args.code, &args.file, &args.stdin) {
         (Some(code), _, _) => code.clone(),
@@ -95,7 +159,12 @@ async fn exec(args: ExecArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match Runtime::builder().limits(config.limits).build().await {
+    let runtime = match Runtime::builder()
+        .limits(config.limits)
+        .tools(registry)
+        .build()
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("quickcell: {e}");

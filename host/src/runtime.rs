@@ -5,7 +5,9 @@ use crate::config::Limits;
 use crate::engine::{self, SharedEngine};
 use crate::error::Error;
 use crate::input::ExecInput;
-use crate::result::{CellResult, Telemetry};
+use crate::registry::ToolRegistry;
+use crate::result::{CellResult, SourceCounts, Telemetry};
+use quickcell_catalog::Catalog;
 use std::sync::Arc;
 
 /// Builds a [`Runtime`].
@@ -17,12 +19,22 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeBuilder {
     limits: Limits,
+    tools: ToolRegistry,
 }
 
 impl RuntimeBuilder {
     /// Uses these limits for every call.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Offers these tools to cells (see [`ToolRegistry`]). Cells reach the
+    /// catalog's search and tools through the bridge; until the bridge
+    /// dispatch lands, the tools are cataloged (telemetry, search, the CLI)
+    /// but not callable from cells.
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
         self
     }
 
@@ -33,16 +45,14 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
+        let catalog = self.tools.catalog();
         Ok(Runtime {
             shared,
             limits: self.limits,
-            counter_scope: new_counter_scope(),
+            tools: self.tools,
+            catalog,
         })
     }
-}
-
-fn new_counter_scope() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..24].to_string()
 }
 
 /// A quickcell runtime: runs cells under one set of limits.
@@ -52,7 +62,8 @@ fn new_counter_scope() -> String {
 pub struct Runtime {
     shared: Arc<SharedEngine>,
     limits: Limits,
-    counter_scope: String,
+    tools: ToolRegistry,
+    catalog: Catalog,
 }
 
 impl Runtime {
@@ -71,11 +82,31 @@ impl Runtime {
         self.shared.from_cache
     }
 
+    /// The tools offered to cells.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// The tool catalog built from [`Runtime::tools`].
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
     fn telemetry(&self) -> Telemetry {
+        let t = self.catalog.telemetry(&["exec", "wait"]);
         Telemetry {
-            counter_scope: self.counter_scope.clone(),
-            visible_tools: vec!["exec".into(), "wait".into()],
-            ..Telemetry::default()
+            catalog_size: t.catalog_size as u64,
+            sources: SourceCounts {
+                host: t.sources.host as u64,
+                mcp: t.sources.mcp as u64,
+                client: t.sources.client as u64,
+            },
+            counter_scope: t.counter_scope,
+            search_count: t.search_count,
+            describe_count: t.describe_count,
+            call_count: t.call_count,
+            visible_tools: t.visible_tools,
+            fuel_used: 0,
         }
     }
 

@@ -1,0 +1,100 @@
+//! The catalog as the runtime and the CLI expose it.
+
+use crate::{runtime, value};
+use quickcell::{Config, ExecInput, Limits, Runtime, ToolRegistry};
+use serde_json::Value;
+use std::process::Command;
+
+fn fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+#[tokio::test]
+async fn telemetry_counts_the_configured_tools() {
+    let config = Config::parse(&format!(
+        "[workspace]\nroot = {:?}\n[[tools]]\nname = \"echo_args\"\ndescription = \"Echo the arguments\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}]\n",
+        fixtures().display().to_string(),
+        fixtures().join("tools/echo_args.sh").display().to_string()
+    ))
+    .unwrap();
+    let registry = ToolRegistry::from_config(&config).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let r = rt.exec(ExecInput::new("t", "return 1")).await;
+    assert_eq!(value(&r), 1);
+    let t = r.telemetry();
+    assert_eq!(t.catalog_size, 5);
+    assert_eq!(t.sources.host, 5);
+    assert_eq!(t.counter_scope, rt.catalog().counter_scope());
+    // A runtime without tools has an empty catalog of its own.
+    let empty = runtime(Limits::default()).await;
+    let r = empty.exec(ExecInput::new("t", "return 1")).await;
+    assert_eq!(r.telemetry().catalog_size, 0);
+    assert_ne!(r.telemetry().counter_scope, t.counter_scope);
+}
+
+#[test]
+fn duplicate_tool_names_are_rejected() {
+    let config = Config::parse(
+        "[[tools]]\nname = \"a\"\ndescription = \"x\"\ninput_schema = { type = \"object\" }\ncommand = [\"/bin/true\"]\n[[tools]]\nname = \"a\"\ndescription = \"y\"\ninput_schema = { type = \"object\" }\ncommand = [\"/bin/true\"]\n",
+    );
+    let err = match config {
+        Err(e) => e.to_string(),
+        Ok(c) => ToolRegistry::from_config(&c).unwrap_err().to_string(),
+    };
+    assert!(err.contains('a'), "{err}");
+}
+
+#[test]
+fn cli_search_ranks_workspace_tools() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["search", "read a file", "--limit", "2", "--workspace"])
+        .arg(fixtures())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hits = v["results"][0]["hits"].as_array().unwrap();
+    assert!(hits.len() <= 2);
+    assert_eq!(hits[0]["name"], "read");
+    assert!(hits[0]["input"].as_str().unwrap().contains("path"));
+}
+
+#[test]
+fn cli_tools_prints_the_directory() {
+    let dir = std::env::temp_dir().join(format!("quickcell-tools-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("tools.toml");
+    std::fs::write(
+        &cfg,
+        "[[tools]]\nname = \"weather\"\ndescription = \"Current weather for a city\"\ninput_schema = { type = \"object\" }\ncommand = [\"/bin/true\"]\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["tools", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("Available deferred-schema tools:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- weather (commands): Current weather for a city"),
+        "{text}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["tools"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        "Available deferred-schema tools: none."
+    );
+}
