@@ -60,7 +60,7 @@ pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, MAX_TITLE_CHARS};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
-pub use result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, SourceCounts, Telemetry};
+pub use result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, Telemetry};
 pub use runtime::{Runtime, RuntimeBuilder};
 
 /// The tool catalog and Tool Search (the `quickcell-catalog` crate).

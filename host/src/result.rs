@@ -97,35 +97,15 @@ pub enum FailurePhase {
     Host,
 }
 
-/// Per-source catalog counts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct SourceCounts {
-    /// Host tools.
-    pub host: u64,
-    /// MCP tools.
-    pub mcp: u64,
-    /// Client tools.
-    pub client: u64,
-}
-
-/// Counters reported with every result.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Counters reported with every result: the catalog's counters
+/// (`catalogSize`, `sources`, `counterScope`, `searchCount`,
+/// `describeCount`, `callCount`, `visibleTools`) plus the call's fuel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Telemetry {
-    /// Tools in the catalog.
-    pub catalog_size: u64,
-    /// Catalog tools per source.
-    pub sources: SourceCounts,
-    /// 24 lowercase hex characters naming the catalog instance.
-    pub counter_scope: String,
-    /// Searches run against this catalog instance (cumulative).
-    pub search_count: u64,
-    /// Describes run against this catalog instance (cumulative).
-    pub describe_count: u64,
-    /// Tool calls made against this catalog instance (cumulative).
-    pub call_count: u64,
-    /// Tools the model sees.
-    pub visible_tools: Vec<String>,
+    /// The catalog instance's counters, serialized inline.
+    #[serde(flatten)]
+    pub catalog: quickcell_catalog::Telemetry,
     /// Wasmtime fuel the guest consumed during this call. Deterministic:
     /// the same cell with the same inputs and limits always reports the
     /// same number.

@@ -6,7 +6,7 @@ use crate::engine::{self, SharedEngine};
 use crate::error::Error;
 use crate::input::ExecInput;
 use crate::registry::ToolRegistry;
-use crate::result::{CellResult, SourceCounts, Telemetry};
+use crate::result::{CellResult, Telemetry};
 use quickcell_catalog::Catalog;
 use std::sync::Arc;
 
@@ -93,19 +93,8 @@ impl Runtime {
     }
 
     fn telemetry(&self) -> Telemetry {
-        let t = self.catalog.telemetry(&["exec", "wait"]);
         Telemetry {
-            catalog_size: t.catalog_size as u64,
-            sources: SourceCounts {
-                host: t.sources.host as u64,
-                mcp: t.sources.mcp as u64,
-                client: t.sources.client as u64,
-            },
-            counter_scope: t.counter_scope,
-            search_count: t.search_count,
-            describe_count: t.describe_count,
-            call_count: t.call_count,
-            visible_tools: t.visible_tools,
+            catalog: self.catalog.telemetry(&["exec", "wait"]),
             fuel_used: 0,
         }
     }

@@ -22,14 +22,14 @@ async fn telemetry_counts_the_configured_tools() {
     let r = rt.exec(ExecInput::new("t", "return 1")).await;
     assert_eq!(value(&r), 1);
     let t = r.telemetry();
-    assert_eq!(t.catalog_size, 5);
-    assert_eq!(t.sources.host, 5);
-    assert_eq!(t.counter_scope, rt.catalog().counter_scope());
+    assert_eq!(t.catalog.catalog_size, 5);
+    assert_eq!(t.catalog.sources.host, 5);
+    assert_eq!(t.catalog.counter_scope, rt.catalog().counter_scope());
     // A runtime without tools has an empty catalog of its own.
     let empty = runtime(Limits::default()).await;
     let r = empty.exec(ExecInput::new("t", "return 1")).await;
-    assert_eq!(r.telemetry().catalog_size, 0);
-    assert_ne!(r.telemetry().counter_scope, t.counter_scope);
+    assert_eq!(r.telemetry().catalog.catalog_size, 0);
+    assert_ne!(r.telemetry().catalog.counter_scope, t.catalog.counter_scope);
 }
 
 #[test]
