@@ -122,6 +122,14 @@ fn build_state() -> anyhow_like::Result<State> {
             )
             .map_err(|e| e.to_string())?;
         native
+            .set(
+                "cancel",
+                Func::from(|id: f64| {
+                    host::cancel(id as u64);
+                }),
+            )
+            .map_err(|e| e.to_string())?;
+        native
             .set("isPromise", Func::from(|v: Value| v.is_promise()))
             .map_err(|e| e.to_string())?;
         native
@@ -326,7 +334,7 @@ impl Guest for Component {
                 eval.filename = Some(USER_FILE.into());
                 match ctx.eval_with_options::<Function, _>(wrapped, eval) {
                     Ok(cell) => {
-                        call_runner(&ctx, state, "start", (cell,));
+                        call_runner(&ctx, state, "start", (cell, options_json.clone()));
                     }
                     Err(_) => {
                         let exc = ctx.catch();

@@ -115,8 +115,11 @@
         return NumberIsFinite(value) ? value : null;
       case "bigint":
         return bigintToString(value);
+      case "function": {
+        const meta = weakMapGet(handleMeta, value);
+        return meta === undefined ? undefined : project(meta, stack, depth);
+      }
       case "undefined":
-      case "function":
       case "symbol":
         return undefined;
     }
@@ -347,6 +350,146 @@
   const absent = ["require", "process", "module", "tools", "ALL_TOOLS", "Javy"];
   for (let i = 0; i < absent.length; i++) delete G[absent[i]];
 
+
+  // ---------------------------------------------------------------------
+  // The bridge: requests to the host, settled later by `runner.settle`.
+
+  const requestNative = native.request;
+  const cancelNative = native.cancel;
+  const JSONParse = JSON.parse;
+  const MapCtor = Map;
+  const WeakMapCtor = WeakMap;
+  const mapGet = uncurry(Map.prototype.get);
+  const mapSet = uncurry(Map.prototype.set);
+  const mapHas = uncurry(Map.prototype.has);
+  const mapDelete = uncurry(Map.prototype.delete);
+  const weakMapGet = uncurry(WeakMap.prototype.get);
+  const weakMapSet = uncurry(WeakMap.prototype.set);
+  const PromiseCtor = Promise;
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const arraySort = uncurry(Array.prototype.sort);
+  const pending = new MapCtor(); // request id -> { resolve, reject }
+
+  function hostRequest(method, args) {
+    const id = requestNative(method, stringify(args));
+    return new PromiseCtor((resolve, reject) => {
+      mapSet(pending, id, { resolve, reject });
+    });
+  }
+
+  function bridgeError(error) {
+    const e = new ErrorCtor(typeof error.message === "string" ? error.message : "tool failed");
+    if (typeof error.code === "string") defineData(e, "code", error.code);
+    defineData(e, "effectStatus", "unknown");
+    return e;
+  }
+
+  // Handles: callable functions carrying their metadata (contract §8.3).
+  const handleMeta = new WeakMapCtor(); // handle -> metadata object
+  const handlesByName = new MapCtor(); // callableName -> handle
+  let allHandles = [];
+
+  function makeHandle(meta) {
+    if (mapHas(handlesByName, meta.callableName)) return mapGet(handlesByName, meta.callableName);
+    const callable = meta.callableName;
+    const handle = async function (input) {
+      const p = input === undefined ? null : projectValue(input);
+      return hostRequest("callValue", { callable, input: p === undefined ? null : p });
+    };
+    const frozenMeta = freeze(meta);
+    const keys = ownKeys(meta);
+    for (let i = 0; i < keys.length; i++) {
+      defineProperty(handle, keys[i], { value: meta[keys[i]], enumerable: true });
+    }
+    defineProperty(handle, "name", { value: callable });
+    defineProperty(handle, "describe", {
+      value: () => hostRequest("describe", { callable }),
+    });
+    defineProperty(handle, "toJSON", { value: () => frozenMeta });
+    freeze(handle);
+    weakMapSet(handleMeta, handle, frozenMeta);
+    mapSet(handlesByName, callable, handle);
+    return handle;
+  }
+
+  const catalogObject = freeze({
+    search(query, options) {
+      const limit = options !== null && typeof options === "object" ? options.limit : undefined;
+      return promiseThen(
+        hostRequest("search", { query: StringCtor(query), limit: limit === undefined ? null : limit }),
+        (metas) => {
+          const out = [];
+          for (let i = 0; i < metas.length; i++) arrayPush(out, makeHandle(metas[i]));
+          return freeze(out);
+        },
+      );
+    },
+    all() {
+      return allHandles;
+    },
+  });
+
+  function installTools(metas) {
+    const handles = [];
+    for (let i = 0; i < metas.length; i++) {
+      const handle = makeHandle(metas[i]);
+      arrayPush(handles, handle);
+      installGlobal(metas[i].callableName, handle);
+    }
+    arraySort(handles, (a, b) => (a.callableName < b.callableName ? -1 : a.callableName > b.callableName ? 1 : 0));
+    allHandles = freeze(handles);
+  }
+
+  // Timers are bridge requests (`sleep`), so they are host work that keeps
+  // the cell alive and survives suspension.
+  const cleared = new MapCtor(); // timer id -> true
+
+  function setTimeoutImpl(callback, delay, ...args) {
+    if (typeof callback !== "function") {
+      throw new TypeErrorCtor("setTimeout callback must be a function");
+    }
+    let ms = +delay;
+    if (ms !== ms) ms = 0;
+    ms = ms > 0 ? MathFloor(ms) : 0;
+    let id = 0;
+    const promise = new PromiseCtor((resolve, reject) => {
+      id = requestNative("sleep", stringify({ ms }));
+      mapSet(pending, id, { resolve, reject });
+    });
+    promiseThen(
+      promise,
+      () => {
+        if (mapHas(cleared, id)) {
+          mapDelete(cleared, id);
+          return;
+        }
+        ReflectApply(callback, undefined, args);
+      },
+      () => {},
+    );
+    return id;
+  }
+
+  function clearTimeoutImpl(id) {
+    if (typeof id === "number" && mapHas(pending, id) && !mapHas(cleared, id)) {
+      mapSet(cleared, id, true);
+      cancelNative(id);
+    }
+  }
+
+  function yieldControl(reason) {
+    return promiseThen(
+      hostRequest("yield", { reason: reason === undefined ? null : StringCtor(reason) }),
+      () => undefined,
+    );
+  }
+
+  installGlobal("catalog", catalogObject);
+  installGlobal("setTimeout", setTimeoutImpl);
+  installGlobal("clearTimeout", clearTimeoutImpl);
+  installGlobal("yield_control", yieldControl);
+
   // ---------------------------------------------------------------------
   // Errors: "<Name>: <message>" plus user frames with user line numbers.
 
@@ -422,7 +565,9 @@
   }
 
   const runner = {
-    start(cell) {
+    start(cell, optionsJson) {
+      const options = JSONParse(optionsJson);
+      installTools(isArray(options.tools) ? options.tools : []);
       let promise;
       try {
         promise = cell();
@@ -444,8 +589,16 @@
     jobError(error) {
       fail(error);
     },
-    settle(_resultsJson) {
-      // Bridge settlements arrive with the bridge (tools) work.
+    settle(resultsJson) {
+      const results = JSONParse(resultsJson);
+      for (let i = 0; i < results.length; i++) {
+        const r = results[i];
+        const waiter = mapGet(pending, r.id);
+        if (waiter === undefined) continue;
+        mapDelete(pending, r.id);
+        if (r.ok) waiter.resolve(r.value);
+        else waiter.reject(bridgeError(r.error));
+      }
     },
     status() {
       if (outcome === null) return stringify({ state: "pending", requests: [] });

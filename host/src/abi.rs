@@ -64,10 +64,7 @@ impl HostMonotonicClock for ProcessClock {
     }
 }
 
-/// A bridge request the guest queued with `host.request`. Queued and
-/// bounded here; dispatching them to tools is the bridge's job (not yet
-/// built: no guest global issues requests yet).
-#[allow(dead_code)]
+/// A bridge request the guest queued with `host.request`.
 #[derive(Debug, Clone)]
 pub(crate) struct BridgeRequest {
     pub id: u64,
@@ -89,6 +86,8 @@ pub(crate) struct CellState {
     pub requests: Vec<BridgeRequest>,
     /// Last request id handed out (ids start at 1 and are never reused).
     pub last_request_id: u64,
+    /// Request ids the guest no longer needs (cleared timers).
+    pub cancels: Vec<u64>,
     /// A guest-caused host fault (bad pointer, oversized buffer).
     pub fault: Option<String>,
 }
@@ -111,6 +110,7 @@ impl CellState {
             output,
             requests: Vec::new(),
             last_request_id: 0,
+            cancels: Vec::new(),
             fault: None,
         }
     }
@@ -200,6 +200,15 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
     linker
         .func_wrap(
             HOST_MODULE,
+            "cancel",
+            |mut caller: Caller<'_, CellState>, id: u64| {
+                caller.data_mut().cancels.push(id);
+            },
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+    linker
+        .func_wrap(
+            HOST_MODULE,
             "request",
             |mut caller: Caller<'_, CellState>,
              method_ptr: u32,
@@ -249,6 +258,8 @@ pub(crate) struct GuestExports {
     realloc: TypedFunc<(u32, u32, u32, u32), u32>,
     start: TypedFunc<(u32, u32, u32, u32), u32>,
     post_start: TypedFunc<u32, ()>,
+    settle: TypedFunc<(u32, u32), u32>,
+    post_settle: TypedFunc<u32, ()>,
 }
 
 impl GuestExports {
@@ -270,11 +281,19 @@ impl GuestExports {
         let post_start = func(store, &format!("cabi_post_{CELL_PREFIX}start"))?
             .typed(&*store)
             .map_err(|e| anyhow!("{e}"))?;
+        let settle = func(store, &format!("{CELL_PREFIX}settle"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
+        let post_settle = func(store, &format!("cabi_post_{CELL_PREFIX}settle"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
         Ok(Self {
             memory,
             realloc,
             start,
             post_start,
+            settle,
+            post_settle,
         })
     }
 
@@ -325,6 +344,21 @@ impl GuestExports {
     }
 }
 
+impl GuestExports {
+    /// Calls `cell.settle(results-json)` and returns the status JSON.
+    pub(crate) async fn settle(
+        &self,
+        store: &mut Store<CellState>,
+        results_json: &str,
+    ) -> wasmtime::Result<String> {
+        let (rp, rl) = self.pass_string(store, results_json).await?;
+        let ret = self.settle.call_async(&mut *store, (rp, rl)).await?;
+        let status = self.read_returned_string(store, ret)?;
+        self.post_settle.call_async(&mut *store, ret).await?;
+        Ok(status)
+    }
+}
+
 /// Checks that a guest module has exactly the shape the host relies on:
 /// one mutable global (`__stack_pointer`), a fixed table, and only the
 /// expected imports.
@@ -339,7 +373,7 @@ pub(crate) fn check_module_shape(wasm: &[u8]) -> Result<()> {
                     let ok = match import.module {
                         "wasi_snapshot_preview1" => matches!(import.ty, TypeRef::Func(_)),
                         HOST_MODULE => {
-                            matches!(import.name, "emit" | "request")
+                            matches!(import.name, "emit" | "request" | "cancel")
                                 && matches!(import.ty, TypeRef::Func(_))
                         }
                         _ => false,

@@ -19,6 +19,7 @@
 //! module-access message, in phase `guest` (the guest had started).
 
 use crate::abi::{CellState, DeadlineExceeded, GuestExports};
+use crate::bridge::{Bridge, CellTools};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
 use crate::engine::SharedEngine;
@@ -29,6 +30,7 @@ use crate::source;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
 
@@ -49,6 +51,8 @@ struct GuestStatus<'a> {
 
 /// How a call ended, before output fitting.
 enum Ending {
+    /// The cell's promise has not settled yet.
+    Pending,
     Completed {
         value_json: String,
     },
@@ -64,16 +68,17 @@ enum Ending {
 pub(crate) async fn exec(
     shared: &SharedEngine,
     limits: &Limits,
-    telemetry: Telemetry,
+    tools: &Arc<CellTools>,
+    telemetry: impl Fn() -> Telemetry,
     input: &ExecInput,
 ) -> CellResult {
     if let Err(message) = input.validate() {
-        return input_failure(message, telemetry);
+        return input_failure(message, telemetry());
     }
     if let Err(rejection) = source::validate_source(&input.code) {
-        return input_failure(rejection.message(), telemetry);
+        return input_failure(rejection.message(), telemetry());
     }
-    run(shared, limits, telemetry, input).await
+    run(shared, limits, tools, telemetry, input).await
 }
 
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
@@ -91,7 +96,8 @@ pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
 async fn run(
     shared: &SharedEngine,
     limits: &Limits,
-    mut telemetry: Telemetry,
+    tools: &Arc<CellTools>,
+    telemetry: impl Fn() -> Telemetry,
     input: &ExecInput,
 ) -> CellResult {
     let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
@@ -107,7 +113,7 @@ async fn run(
         Fuel::Unlimited => u64::MAX,
     };
     if let Err(e) = store.set_fuel(fuel) {
-        return host_failure(format!("cannot set fuel: {e}"), telemetry);
+        return host_failure(format!("cannot set fuel: {e}"), telemetry());
     }
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
@@ -120,27 +126,79 @@ async fn run(
 
     let instance = match shared.instance_pre.instantiate_async(&mut store).await {
         Ok(i) => i,
-        Err(e) => return unavailable(format!("cannot instantiate the guest: {e}"), telemetry),
+        Err(e) => return unavailable(format!("cannot instantiate the guest: {e}"), telemetry()),
     };
     let exports = match GuestExports::new(&mut store, &instance) {
         Ok(x) => x,
-        Err(e) => return unavailable(format!("{e}"), telemetry),
+        Err(e) => return unavailable(format!("{e}"), telemetry()),
     };
     let options = serde_json::json!({
         "memoryLimitBytes": limits.memory_limit_bytes,
         // Fixed width, so parsing costs the same fuel for every seed.
         "randomSeed": format!("{:016x}", rand_seed()),
+        "tools": tools.catalog.guest_all(&tools.projection),
     })
     .to_string();
-    let status = exports.start(&mut store, &input.code, &options).await;
-    telemetry.fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-    let ending = match status {
-        Ok(json) => ending_from_status(&json),
-        Err(err) => ending_from_trap(err, store.data()),
+    let mut bridge = Bridge::new(tools.clone(), limits.max_pending_tool_calls as usize);
+    let mut status = exports.start(&mut store, &input.code, &options).await;
+    let ending = loop {
+        let json = match status {
+            Ok(json) => json,
+            Err(err) => break ending_from_trap(err, store.data()),
+        };
+        let state = store.data_mut();
+        let cancels = std::mem::take(&mut state.cancels);
+        let requests = std::mem::take(&mut state.requests);
+        bridge.cancel(cancels);
+        if let Err(message) = bridge.accept(requests) {
+            break Ending::Failed {
+                code: ErrorCode::InvalidInput,
+                phase: FailurePhase::Bridge,
+                error: message,
+            };
+        }
+        let ending = ending_from_status(&json);
+        let settled = !matches!(ending, Ending::Pending);
+        if !bridge.has_work() {
+            break match ending {
+                Ending::Pending => Ending::Failed {
+                    code: ErrorCode::InternalError,
+                    phase: FailurePhase::Guest,
+                    error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+                },
+                other => other,
+            };
+        }
+        // Awaiting (result pending) or draining (value ready, detached
+        // requests outstanding): deliver the next settlements.
+        match bridge.next_batch(deadline).await {
+            Some(batch) => {
+                let results = Value::Array(batch).to_string();
+                status = exports.settle(&mut store, &results).await;
+            }
+            None if settled => break ending,
+            None => {
+                break Ending::Failed {
+                    code: ErrorCode::Timeout,
+                    phase: FailurePhase::Guest,
+                    error: crate::Error::Timeout.to_string(),
+                }
+            }
+        }
     };
+    let mut telemetry = telemetry();
+    telemetry.fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
     let output = std::mem::take(&mut store.data_mut().output);
+    let dispatch_started = bridge.dispatch_started;
+    drop(bridge);
     drop(store);
-    finish(ending, output, limits.max_output_bytes as usize, telemetry)
+    finish(
+        ending,
+        output,
+        limits.max_output_bytes as usize,
+        dispatch_started,
+        telemetry,
+    )
 }
 
 fn rand_seed() -> u64 {
@@ -165,11 +223,7 @@ fn ending_from_status(json: &str) -> Ending {
         ("completed", value) => Ending::Completed {
             value_json: value.map_or_else(|| "null".to_string(), |v| v.get().to_string()),
         },
-        ("pending", _) => Ending::Failed {
-            code: ErrorCode::InternalError,
-            phase: FailurePhase::Guest,
-            error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
-        },
+        ("pending", _) => Ending::Pending,
         ("failed", _) => match status.kind.as_deref().unwrap_or("error") {
             "module_access" => Ending::Failed {
                 code: ErrorCode::InvalidInput,
@@ -282,11 +336,18 @@ fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
 
 /// Fits output, value and error into the cell's output budget and builds
 /// the result.
-fn finish(ending: Ending, output: OutputBuffer, budget: usize, telemetry: Telemetry) -> CellResult {
+fn finish(
+    ending: Ending,
+    output: OutputBuffer,
+    budget: usize,
+    dispatch_started: bool,
+    telemetry: Telemetry,
+) -> CellResult {
     let entries = output.to_values();
     let (value_json, error) = match &ending {
         Ending::Completed { value_json } => (Some(value_json.as_str()), None),
         Ending::Failed { error, .. } => (None, Some(error.as_str())),
+        Ending::Pending => unreachable!("a call never ends pending"),
     };
     let mut fitted = match output::fit_to_budget(budget, entries, value_json, error) {
         Ok(f) => f,
@@ -322,9 +383,10 @@ fn finish(ending: Ending, output: OutputBuffer, budget: usize, telemetry: Teleme
             output: fitted.output,
             telemetry,
             failure_phase: phase,
-            bridge_dispatch_started: false,
+            bridge_dispatch_started: dispatch_started,
             replay_safe: None,
         }),
+        Ending::Pending => unreachable!("a call never ends pending"),
     }
 }
 

@@ -42,6 +42,7 @@
 //!   `import()`), using the oxc JavaScript parser.
 
 mod abi;
+mod bridge;
 mod cell;
 mod channel;
 mod config;

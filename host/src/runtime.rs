@@ -1,5 +1,6 @@
 //! The public entry point: [`Runtime`] and its builder.
 
+use crate::bridge::CellTools;
 use crate::cell;
 use crate::config::Limits;
 use crate::engine::{self, SharedEngine};
@@ -45,12 +46,18 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
-        let catalog = self.tools.catalog();
+        let catalog = Arc::new(self.tools.catalog());
+        let projection = Arc::new(catalog.callable_projection());
+        let cell_tools = Arc::new(CellTools {
+            catalog,
+            projection,
+            tools: self.tools.tools().clone(),
+        });
         Ok(Runtime {
             shared,
             limits: self.limits,
             tools: self.tools,
-            catalog,
+            cell_tools,
         })
     }
 }
@@ -63,7 +70,7 @@ pub struct Runtime {
     shared: Arc<SharedEngine>,
     limits: Limits,
     tools: ToolRegistry,
-    catalog: Catalog,
+    cell_tools: Arc<CellTools>,
 }
 
 impl Runtime {
@@ -89,12 +96,12 @@ impl Runtime {
 
     /// The tool catalog built from [`Runtime::tools`].
     pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+        &self.cell_tools.catalog
     }
 
     fn telemetry(&self) -> Telemetry {
         Telemetry {
-            catalog: self.catalog.telemetry(&["exec", "wait"]),
+            catalog: self.cell_tools.catalog.telemetry(&["exec", "wait"]),
             fuel_used: 0,
         }
     }
@@ -102,7 +109,14 @@ impl Runtime {
     /// Runs a cell (`exec`). Never panics and never returns a Rust error:
     /// every outcome, including rejected input, is a [`CellResult`].
     pub async fn exec(&self, input: ExecInput) -> CellResult {
-        cell::exec(&self.shared, &self.limits, self.telemetry(), &input).await
+        cell::exec(
+            &self.shared,
+            &self.limits,
+            &self.cell_tools,
+            || self.telemetry(),
+            &input,
+        )
+        .await
     }
 
     /// Runs a cell from raw `exec` arguments (`{"title":..,"code":..}` as a

@@ -1,7 +1,7 @@
 //! The BM25 index and the search procedure (tool-search.md §7).
 
 use crate::expand::{weighted_query, QueryTerm};
-use crate::tokenize::{for_each_token, TokenScratch};
+use crate::tokenize::{for_each_word, word_tokens, TokenScratch};
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -313,6 +313,10 @@ pub struct SearchIndexBuilder {
     triples: Vec<(u32, u32, u32)>,
     lower: String,
     scratch: TokenScratch,
+    /// Word (original case) → its interned tokens, a range of `word_terms`.
+    /// Tokenization is word by word, so repeated words are tokenized once.
+    word_cache: HashMap<Box<str>, (u32, u32), FastState>,
+    word_terms: Vec<u32>,
 }
 
 impl SearchIndexBuilder {
@@ -324,6 +328,7 @@ impl SearchIndexBuilder {
         b.index.lens.reserve(n);
         b.index.terms.reserve(n * 2);
         b.index.exact.reserve(n * 2);
+        b.word_cache.reserve(n * 2);
         b.triples.reserve(n * 24);
         b
     }
@@ -369,12 +374,25 @@ impl SearchIndexBuilder {
                 index,
                 doc_terms,
                 scratch,
+                word_cache,
+                word_terms,
                 ..
             } = self;
             let terms = &mut index.terms;
             let mut sink = |text: &str| {
-                for_each_token(text, scratch, &mut |t: &str| {
-                    doc_terms.push(Self::intern(terms, t));
+                for_each_word(text, |word| {
+                    if let Some(&(start, len)) = word_cache.get(word) {
+                        let (start, len) = (start as usize, len as usize);
+                        doc_terms.extend_from_slice(&word_terms[start..start + len]);
+                        return;
+                    }
+                    let start = word_terms.len();
+                    word_tokens(word, scratch, &mut |t: &str| {
+                        word_terms.push(Self::intern(terms, t));
+                    });
+                    doc_terms.extend_from_slice(&word_terms[start..]);
+                    let len = word_terms.len() - start;
+                    word_cache.insert(word.into(), (start as u32, len as u32));
                 });
             };
             fill(&mut sink);

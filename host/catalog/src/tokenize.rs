@@ -157,7 +157,8 @@ pub fn split_words(text: &str) -> Vec<&str> {
     words
 }
 
-fn for_each_word<'t>(text: &'t str, mut f: impl FnMut(&'t str)) {
+/// Calls `f` with every word of tokenizer step 1, in original case.
+pub(crate) fn for_each_word<'t>(text: &'t str, mut f: impl FnMut(&'t str)) {
     if text.is_ascii() {
         // Byte-level fast path: word bytes are ASCII letters, digits and `_`.
         let bytes = text.as_bytes();
@@ -319,27 +320,33 @@ fn lower_into(word: &str, buf: &mut String) {
 
 /// Allocation-light core of [`tokenize`]: hands every output token to `f`.
 pub(crate) fn for_each_token(text: &str, scratch: &mut TokenScratch, f: &mut dyn FnMut(&str)) {
+    for_each_word(text, |word| word_tokens(word, scratch, f));
+}
+
+/// The tokens of one word of tokenizer step 1 (the word in original case):
+/// the lower-cased word plus its parts when there are two or more, minus
+/// stopwords, stemmed. Tokenization is word by word, so the tokens of a
+/// text are the concatenation of the tokens of its words.
+pub(crate) fn word_tokens(word: &str, scratch: &mut TokenScratch, f: &mut dyn FnMut(&str)) {
     let TokenScratch {
         lower,
         alt,
         chars,
         ranges,
     } = scratch;
-    for_each_word(text, |word| {
-        lower_into(word, lower);
-        emit(lower, alt, f);
-        // An all-lower-case ASCII word is a single part: nothing to split.
-        if word.bytes().all(|b| b.is_ascii_lowercase()) {
-            return;
+    lower_into(word, lower);
+    emit(lower, alt, f);
+    // An all-lower-case ASCII word is a single part: nothing to split.
+    if word.bytes().all(|b| b.is_ascii_lowercase()) {
+        return;
+    }
+    part_ranges(word, chars, ranges);
+    if ranges.len() >= 2 {
+        for &(a, b) in ranges.iter() {
+            lower_into(&word[a..b], lower);
+            emit(lower, alt, f);
         }
-        part_ranges(word, chars, ranges);
-        if ranges.len() >= 2 {
-            for &(a, b) in ranges.iter() {
-                lower_into(&word[a..b], lower);
-                emit(lower, alt, f);
-            }
-        }
-    });
+    }
 }
 
 fn emit(lower: &mut String, alt: &mut String, f: &mut dyn FnMut(&str)) {

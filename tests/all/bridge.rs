@@ -1,0 +1,354 @@
+//! Cells calling host tools through the bridge.
+
+use crate::{failed, json, texts, value};
+use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
+use quickcell::{ErrorCode, ExecInput, FailurePhase, Limits, Runtime, ToolRegistry};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Test tool `T(name, desc)` from the contract's examples: takes
+/// `{value?: string}` and returns `{name, input}`; counts executions;
+/// optionally sleeps, fails or panics.
+struct T {
+    name: String,
+    desc: String,
+    calls: Arc<AtomicUsize>,
+    delay: Duration,
+    behaviour: &'static str,
+}
+
+fn t(name: &str, desc: &str) -> T {
+    T {
+        name: name.into(),
+        desc: desc.into(),
+        calls: Arc::new(AtomicUsize::new(0)),
+        delay: Duration::ZERO,
+        behaviour: "ok",
+    }
+}
+
+#[async_trait]
+impl Tool for T {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.desc
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"value": {"type": "string"}, "index": {"type": "integer"}}, "additionalProperties": false})
+    }
+    async fn call(&self, args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        match self.behaviour {
+            "fail" => Err(ToolError::tool("the service said no")),
+            "panic" => panic!("tool bug"),
+            _ => Ok(json!({"name": self.name, "input": args})),
+        }
+    }
+}
+
+async fn runtime_with(tools: Vec<T>, limits: Limits) -> (Runtime, Vec<Arc<AtomicUsize>>) {
+    let mut registry = ToolRegistry::new();
+    let mut counters = Vec::new();
+    for tool in tools {
+        counters.push(tool.calls.clone());
+        registry.add(Arc::new(tool)).unwrap();
+    }
+    let rt = Runtime::builder()
+        .limits(limits)
+        .tools(registry)
+        .build()
+        .await
+        .unwrap();
+    (rt, counters)
+}
+
+#[tokio::test]
+async fn search_call_emit() {
+    let (rt, calls) = runtime_with(
+        vec![t("fake_create_ticket", "Create a fake ticket")],
+        Limits::default(),
+    )
+    .await;
+    let r = rt
+        .exec(ExecInput::new("ticket", r#"const [t]=await catalog.search("ticket",{limit:1}); const c=await t({value:"ship"}); text("created"); return c;"#))
+        .await;
+    assert_eq!(
+        value(&r),
+        json!({"name": "fake_create_ticket", "input": {"value": "ship"}})
+    );
+    assert_eq!(texts(&r), vec!["created"]);
+    let tel = &json(&r)["telemetry"];
+    assert_eq!(
+        (
+            tel["searchCount"].clone(),
+            tel["describeCount"].clone(),
+            tel["callCount"].clone()
+        ),
+        (json!(1), json!(0), json!(1))
+    );
+    assert_eq!(calls[0].load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn callable_names_reach_their_own_tools() {
+    let names = [
+        "llm-task",
+        "llm_task",
+        "catalog",
+        "class",
+        "9patch",
+        "__quickcellResult",
+        "tool___quickcellResult",
+    ];
+    let (rt, calls) =
+        runtime_with(names.iter().map(|n| t(n, "x")).collect(), Limits::default()).await;
+    let r = rt
+        .exec(ExecInput::new("names", "const out = {}; for (const h of catalog.all()) out[h.callableName] = (await h({})).name; return out;"))
+        .await;
+    let v = value(&r);
+    let map = v.as_object().unwrap();
+    assert_eq!(map.len(), 7);
+    assert_eq!(map["llm_task"], "llm_task");
+    assert_eq!(map["tool_9patch"], "9patch");
+    assert_eq!(map["tool___quickcellResult"], "tool___quickcellResult");
+    let suffixed = |prefix: &str| {
+        map.keys()
+            .any(|k| k.starts_with(prefix) && k.len() == prefix.len() + 8)
+    };
+    assert!(
+        suffixed("llm_task_")
+            && suffixed("catalog_")
+            && suffixed("class_")
+            && suffixed("tool___quickcellResult_"),
+        "{v}"
+    );
+    assert!(map.keys().all(|k| !k.starts_with("__quickcell")));
+    for c in &calls {
+        assert_eq!(c.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn queue_overflow_dispatches_nothing() {
+    let (rt, calls) = runtime_with(
+        vec![t("fake_mutation", "Mutate")],
+        Limits::default().with_max_pending_tool_calls(2),
+    )
+    .await;
+    let r = rt
+        .exec(ExecInput::new(
+            "overflow",
+            "return await Promise.all(Array.from({length:131},(_,i)=>fake_mutation({index:i})))",
+        ))
+        .await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::InvalidInput);
+    assert_eq!(f.failure_phase, FailurePhase::Bridge);
+    assert!(!f.bridge_dispatch_started);
+    assert!(f.error.starts_with("code mode bridge queue limit exceeded (128 ordinary requests queued; 2 in-flight slots)."), "{}", f.error);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(calls[0].load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn in_flight_cap_obeyed_with_queueing() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(20);
+    let (rt, calls) =
+        runtime_with(vec![slow], Limits::default().with_max_pending_tool_calls(2)).await;
+    let r = rt
+        .exec(ExecInput::new(
+            "cap",
+            "return (await Promise.all(Array.from({length:10},(_,i)=>slow({index:i})))).length",
+        ))
+        .await;
+    assert_eq!(value(&r), 10);
+    assert_eq!(calls[0].load(Ordering::SeqCst), 10);
+}
+
+#[tokio::test]
+async fn sequential_and_concurrent_calls_complete_in_one_exec() {
+    let (rt, calls) = runtime_with(vec![t("noop", "Does nothing")], Limits::default()).await;
+    let r = rt.exec(ExecInput::new("seq", "let n = 0; for (let i = 0; i < 100; i++) n += (await noop({index: i})).input.index; return n;")).await;
+    assert_eq!(value(&r), 4950);
+    let r = rt.exec(ExecInput::new("all", "return (await Promise.all(Array.from({length: 100}, (_, i) => noop({index: i})))).length")).await;
+    assert_eq!(value(&r), 100);
+    assert_eq!(calls[0].load(Ordering::SeqCst), 200);
+    assert!(r.telemetry().catalog.call_count >= 200);
+}
+
+#[tokio::test]
+async fn concurrent_calls_overlap() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(200);
+    let (rt, _) = runtime_with(vec![slow], Limits::default()).await;
+    let started = std::time::Instant::now();
+    let r = rt
+        .exec(ExecInput::new(
+            "overlap",
+            "await Promise.all([slow({}), slow({}), slow({}), slow({})]); return 1",
+        ))
+        .await;
+    assert_eq!(value(&r), 1);
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn detached_calls_are_drained_not_aborted() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(50);
+    let (rt, calls) = runtime_with(vec![slow], Limits::default()).await;
+    let r = rt.exec(ExecInput::new("void", "void slow({}); await Promise.race([slow({}), Promise.resolve(1)]); slow({}).then(() => text('late')); return 'early';")).await;
+    assert_eq!(value(&r), "early");
+    assert_eq!(calls[0].load(Ordering::SeqCst), 3);
+    assert_eq!(
+        texts(&r),
+        vec!["late"],
+        "callbacks of drained calls still run"
+    );
+    assert!(matches!(r, quickcell::CellResult::Completed(_)));
+}
+
+#[tokio::test]
+async fn tool_errors_are_catchable_with_a_code() {
+    let mut bad = t("bad", "Fails");
+    bad.behaviour = "fail";
+    let mut buggy = t("buggy", "Panics");
+    buggy.behaviour = "panic";
+    let (rt, _) = runtime_with(vec![bad, buggy, t("good", "Works")], Limits::default()).await;
+    let r = rt
+        .exec(ExecInput::new("errors", r#"
+            const out = [];
+            try { await bad({}); } catch (e) { out.push([e instanceof Error, e.message, e.code, e.effectStatus]); }
+            try { await buggy({}); } catch (e) { out.push([e.code, e.message]); }
+            try { await good({valu: "x"}); } catch (e) { out.push([e.code, e.message]); }
+            out.push((await good({value: "still here"})).input.value);
+            return out;"#))
+        .await;
+    let v = value(&r);
+    assert_eq!(
+        v[0],
+        json!([true, "the service said no", "tool_error", "unknown"])
+    );
+    assert_eq!(v[1][0], "tool_error");
+    assert_eq!(v[2][0], "input_contract");
+    assert!(
+        v[2][1]
+            .as_str()
+            .unwrap()
+            .starts_with("Invalid arguments for tool \"good\""),
+        "{v}"
+    );
+    assert!(
+        v[2][1].as_str().unwrap().contains("Did you mean: value?"),
+        "{v}"
+    );
+    assert_eq!(v[3], "still here");
+    let f = failed(&rt.exec(ExecInput::new("uncaught", "await bad({})")).await).clone();
+    assert_eq!(
+        f.error.lines().next().unwrap(),
+        "Error: the service said no"
+    );
+    assert!(f.bridge_dispatch_started);
+}
+
+#[tokio::test]
+async fn handles_describe_and_serialize_without_bridge_requests() {
+    let (rt, _) = runtime_with(vec![t("weather", "Current weather")], Limits::default()).await;
+    let r = rt.exec(ExecInput::new("handles", "const [h] = catalog.all(); const d = await h.describe(); json(h); return { d, same: catalog.all()[0] === weather, frozen: Object.isFrozen(catalog.all()) };")).await;
+    let v = value(&r);
+    assert_eq!(v["d"]["name"], "weather");
+    assert_eq!(v["d"]["parameters"]["type"], "object");
+    assert_eq!(v["same"], true);
+    assert_eq!(v["frozen"], true);
+    let meta = &r.output()[0]["value"];
+    assert_eq!(meta["callableName"], "weather");
+    assert_eq!(
+        meta["input"],
+        "{ index?: number /* integer */; value?: string }"
+    );
+    let tel = r.telemetry();
+    assert_eq!(
+        (
+            tel.catalog.describe_count,
+            tel.catalog.call_count,
+            tel.catalog.search_count
+        ),
+        (1, 0, 0)
+    );
+}
+
+#[tokio::test]
+async fn timers_run_and_clear() {
+    let rt = Runtime::builder().build().await.unwrap();
+    let r = rt
+        .exec(ExecInput::new(
+            "timers",
+            r#"
+        const order = [];
+        setTimeout((a, b) => order.push(a + b), 30, "t", "2");
+        setTimeout(() => order.push("t1"), 10);
+        const id = setTimeout(() => order.push("cleared"), 20);
+        clearTimeout(id); clearTimeout(12345);
+        let typeError = null; try { setTimeout("code", 1); } catch (e) { typeError = e.message; }
+        await new Promise(r => setTimeout(r, 60));
+        return { order, typeError };"#,
+        ))
+        .await;
+    assert_eq!(
+        value(&r),
+        json!({"order": ["t1", "t2"], "typeError": "setTimeout callback must be a function"})
+    );
+}
+
+#[tokio::test]
+async fn slow_tool_past_the_deadline_times_out_until_suspension_lands() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_secs(5);
+    let (rt, _) = runtime_with(vec![slow], Limits::default().with_timeout_ms(300)).await;
+    let r = rt
+        .exec(ExecInput::new(
+            "slow",
+            "text('asked'); return await slow({});",
+        ))
+        .await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::Timeout);
+    assert!(f.bridge_dispatch_started);
+    assert_eq!(texts(&r), vec!["asked"]);
+}
+
+#[tokio::test]
+async fn command_tools_from_config_are_callable() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/echo_args.sh");
+    let config = quickcell::Config::parse(&format!(
+        "[[tools]]\nname = \"echo_args\"\ndescription = \"Echo the arguments\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}]\n",
+        script.display().to_string()
+    ))
+    .unwrap();
+    let rt = Runtime::builder()
+        .tools(ToolRegistry::from_config(&config).unwrap())
+        .build()
+        .await
+        .unwrap();
+    let r = rt
+        .exec(ExecInput::new(
+            "cmd",
+            "return await echo_args({hello: 'world'})",
+        ))
+        .await;
+    let v = value(&r);
+    assert!(v.to_string().contains("world"), "{v}");
+}
