@@ -216,6 +216,13 @@ fn install_stack_guard(ctx: &Ctx<'_>) -> anyhow_like::Result<()> {
 struct StartOptions {
     /// QuickJS heap limit in bytes (`memoryLimitBytes`).
     memory_limit_bytes: Option<u64>,
+    /// Callable names of the cell's tool globals.
+    #[serde(default)]
+    tool_names: Vec<String>,
+    /// JSON array of the tools' handle metadata, parsed lazily by the
+    /// prelude (only when a cell looks at metadata).
+    #[serde(default)]
+    tool_metas: String,
     /// Seed for `Math.random` as 16 hex digits; the host sends a fresh one
     /// per cell (fixed width keeps the fuel cost of parsing constant).
     random_seed: Option<String>,
@@ -310,6 +317,11 @@ impl Guest for Component {
                     .to_string()
                 }
             };
+            let StartOptions {
+                tool_names,
+                tool_metas,
+                ..
+            } = options;
             if let Some(seed) = options
                 .random_seed
                 .and_then(|s| u64::from_str_radix(&s, 16).ok())
@@ -334,7 +346,7 @@ impl Guest for Component {
                 eval.filename = Some(USER_FILE.into());
                 match ctx.eval_with_options::<Function, _>(wrapped, eval) {
                     Ok(cell) => {
-                        call_runner(&ctx, state, "start", (cell, options_json.clone()));
+                        call_runner(&ctx, state, "start", (cell, tool_names, tool_metas));
                     }
                     Err(_) => {
                         let exc = ctx.catch();

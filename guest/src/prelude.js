@@ -116,7 +116,7 @@
       case "bigint":
         return bigintToString(value);
       case "function": {
-        const meta = weakMapGet(handleMeta, value);
+        const meta = handleMetadata(value);
         return meta === undefined ? undefined : project(meta, stack, depth);
       }
       case "undefined":
@@ -368,7 +368,6 @@
   const PromiseCtor = Promise;
   const ErrorCtor = Error;
   const TypeErrorCtor = TypeError;
-  const arraySort = uncurry(Array.prototype.sort);
   const pending = new MapCtor(); // request id -> { resolve, reject }
 
   function hostRequest(method, args) {
@@ -386,31 +385,74 @@
   }
 
   // Handles: callable functions carrying their metadata (contract §8.3).
-  const handleMeta = new WeakMapCtor(); // handle -> metadata object
+  // Metadata arrives as JSON text and is parsed only when a cell first looks
+  // at it (parsing it eagerly would cost every cell ~100 fuel per byte).
+  // Metadata fields are getters on a shared prototype, so creating a handle
+  // is one function and one prototype switch.
+  const handleMeta = new WeakMapCtor(); // handle -> callable name
   const handlesByName = new MapCtor(); // callableName -> handle
+  const metaByName = new MapCtor(); // callableName -> frozen metadata
+  let unparsedMetas = "[]";
   let allHandles = [];
+  const setPrototypeOf = Object.setPrototypeOf;
+  const AsyncFunctionProto = getPrototypeOf(async function () {});
+  const META_FIELDS = ["callableName", "toolName", "label", "description", "source", "apiPath", "input", "output"];
 
-  function makeHandle(meta) {
-    if (mapHas(handlesByName, meta.callableName)) return mapGet(handlesByName, meta.callableName);
-    const callable = meta.callableName;
+  function rememberMeta(meta) {
+    if (!mapHas(metaByName, meta.callableName)) mapSet(metaByName, meta.callableName, freeze(meta));
+  }
+
+  function metaOf(callable) {
+    if (unparsedMetas !== null) {
+      const metas = JSONParse(unparsedMetas);
+      unparsedMetas = null;
+      for (let i = 0; i < metas.length; i++) rememberMeta(metas[i]);
+    }
+    return mapGet(metaByName, callable);
+  }
+
+  const HandleProto = { __proto__: AsyncFunctionProto };
+  for (let i = 0; i < META_FIELDS.length; i++) {
+    const field = META_FIELDS[i];
+    defineProperty(HandleProto, field, {
+      get() {
+        const name = weakMapGet(handleMeta, this);
+        const meta = name === undefined ? undefined : metaOf(name);
+        return meta === undefined ? undefined : meta[field];
+      },
+    });
+  }
+  defineProperty(HandleProto, "describe", {
+    value() {
+      return hostRequest("describe", { callable: weakMapGet(handleMeta, this) });
+    },
+  });
+  defineProperty(HandleProto, "toJSON", {
+    value() {
+      return metaOf(weakMapGet(handleMeta, this));
+    },
+  });
+  freeze(HandleProto);
+
+  function makeHandle(callable) {
+    if (mapHas(handlesByName, callable)) return mapGet(handlesByName, callable);
     const handle = async function (input) {
       const p = input === undefined ? null : projectValue(input);
       return hostRequest("callValue", { callable, input: p === undefined ? null : p });
     };
-    const frozenMeta = freeze(meta);
-    const keys = ownKeys(meta);
-    for (let i = 0; i < keys.length; i++) {
-      defineProperty(handle, keys[i], { value: meta[keys[i]], enumerable: true });
-    }
+    setPrototypeOf(handle, HandleProto);
     defineProperty(handle, "name", { value: callable });
-    defineProperty(handle, "describe", {
-      value: () => hostRequest("describe", { callable }),
-    });
-    defineProperty(handle, "toJSON", { value: () => frozenMeta });
     freeze(handle);
-    weakMapSet(handleMeta, handle, frozenMeta);
+    weakMapSet(handleMeta, handle, callable);
     mapSet(handlesByName, callable, handle);
     return handle;
+  }
+
+  // The metadata a projection or console shows for a handle (or undefined
+  // when `value` is not a handle).
+  function handleMetadata(value) {
+    const name = weakMapGet(handleMeta, value);
+    return name === undefined ? undefined : metaOf(name);
   }
 
   const catalogObject = freeze({
@@ -420,7 +462,10 @@
         hostRequest("search", { query: StringCtor(query), limit: limit === undefined ? null : limit }),
         (metas) => {
           const out = [];
-          for (let i = 0; i < metas.length; i++) arrayPush(out, makeHandle(metas[i]));
+          for (let i = 0; i < metas.length; i++) {
+            rememberMeta(metas[i]);
+            arrayPush(out, makeHandle(metas[i].callableName));
+          }
           return freeze(out);
         },
       );
@@ -430,14 +475,15 @@
     },
   });
 
-  function installTools(metas) {
+  // `names` arrive sorted by callable name (the host's projection order).
+  function installTools(names, metasJson) {
+    unparsedMetas = metasJson;
     const handles = [];
-    for (let i = 0; i < metas.length; i++) {
-      const handle = makeHandle(metas[i]);
+    for (let i = 0; i < names.length; i++) {
+      const handle = makeHandle(names[i]);
       arrayPush(handles, handle);
-      installGlobal(metas[i].callableName, handle);
+      installGlobal(names[i], handle);
     }
-    arraySort(handles, (a, b) => (a.callableName < b.callableName ? -1 : a.callableName > b.callableName ? 1 : 0));
     allHandles = freeze(handles);
   }
 
@@ -565,9 +611,8 @@
   }
 
   const runner = {
-    start(cell, optionsJson) {
-      const options = JSONParse(optionsJson);
-      installTools(isArray(options.tools) ? options.tools : []);
+    start(cell, toolNames, toolMetasJson) {
+      installTools(toolNames, toolMetasJson);
       let promise;
       try {
         promise = cell();

@@ -40,6 +40,26 @@ pub(crate) struct CellTools {
     pub catalog: Arc<Catalog>,
     pub projection: Arc<Projection>,
     pub tools: ToolSet,
+    /// Callable names of the tool globals, sorted (`catalog.all()` order).
+    pub callable_names: Vec<String>,
+    /// JSON array of the handles' metadata, in the same order.
+    pub metas_json: String,
+}
+
+impl CellTools {
+    pub(crate) fn new(catalog: Catalog, tools: ToolSet) -> Self {
+        let projection = catalog.callable_projection();
+        let metas = catalog.guest_all(&projection);
+        let callable_names = metas.iter().map(|m| m.callable_name.clone()).collect();
+        let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
+        Self {
+            catalog: Arc::new(catalog),
+            projection: Arc::new(projection),
+            tools,
+            callable_names,
+            metas_json,
+        }
+    }
 }
 
 /// The bridge state of one call.

@@ -136,7 +136,8 @@ async fn run(
         "memoryLimitBytes": limits.memory_limit_bytes,
         // Fixed width, so parsing costs the same fuel for every seed.
         "randomSeed": format!("{:016x}", rand_seed()),
-        "tools": tools.catalog.guest_all(&tools.projection),
+        "toolNames": tools.callable_names,
+        "toolMetas": tools.metas_json,
     })
     .to_string();
     let mut bridge = Bridge::new(tools.clone(), limits.max_pending_tool_calls as usize);

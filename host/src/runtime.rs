@@ -46,13 +46,10 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
-        let catalog = Arc::new(self.tools.catalog());
-        let projection = Arc::new(catalog.callable_projection());
-        let cell_tools = Arc::new(CellTools {
-            catalog,
-            projection,
-            tools: self.tools.tools().clone(),
-        });
+        let cell_tools = Arc::new(CellTools::new(
+            self.tools.catalog(),
+            self.tools.tools().clone(),
+        ));
         Ok(Runtime {
             shared,
             limits: self.limits,

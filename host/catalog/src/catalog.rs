@@ -4,7 +4,7 @@
 use crate::error::{CatalogError, ErrorKind};
 use crate::hints::{input_hint, output_hint};
 use crate::names::assign_mcp_identifiers;
-use crate::search::{FastState, SearchFilter, SearchIndex, SearchIndexBuilder};
+use crate::search::{FastState, HashSlots, SearchFilter, SearchIndex, SearchIndexBuilder};
 use crate::text::{safe_cut_utf16, utf16_len};
 use crate::validate;
 use serde::Serialize;
@@ -672,7 +672,7 @@ impl CatalogBuilder {
             limits: self.limits.unwrap_or(SearchLimits::TOOL_SEARCH),
             entries: Vec::new(),
             direct_only: Vec::new(),
-            by_id: HashMap::default(),
+            by_id: HashSlots::default(),
             mcp_servers: Vec::new(),
             index: SearchIndex::default(),
             counter_scope: new_counter_scope(),
@@ -712,7 +712,8 @@ pub struct Catalog {
     limits: SearchLimits,
     pub(crate) entries: Vec<Entry>,
     pub(crate) direct_only: Vec<(String, String)>,
-    by_id: HashMap<String, usize, FastState>,
+    /// Entry positions keyed by `entries[slot].id`.
+    by_id: HashSlots,
     pub(crate) mcp_servers: Vec<McpServer>,
     index: SearchIndex,
     counter_scope: String,
@@ -759,8 +760,10 @@ impl Catalog {
     fn rebuild(&mut self) {
         let mut order: Vec<usize> = (0..self.assembly.len()).collect();
         order.sort_by_key(|&i| self.assembly[i].0.group());
-        let mut winners: Vec<Option<Entry>> = Vec::new();
+        // Winners as (assembly index, id); entries are built once at the end.
+        let mut winners: Vec<Option<(usize, String)>> = Vec::with_capacity(self.assembly.len());
         let mut by_name: HashMap<&str, usize, FastState> = HashMap::default();
+        by_name.reserve(self.assembly.len());
         // MCP entries are never shadowed by name; two MCP entries with the
         // same id (same sanitized server, same tool name) keep the first.
         let mut mcp_ids: HashSet<String, FastState> = HashSet::default();
@@ -791,12 +794,17 @@ impl Catalog {
                 }
             }
             let pos = winners.len();
-            winners.push(Some(Entry::new(source.clone(), Arc::clone(spec), id)));
+            winners.push(Some((i, id)));
             if kind != SourceKind::Mcp {
                 by_name.insert(spec.name.as_str(), pos);
             }
         }
-        self.entries = winners.into_iter().flatten().collect();
+        let mut entries = Vec::with_capacity(winners.len());
+        for (i, id) in winners.into_iter().flatten() {
+            let (source, spec) = &self.assembly[i];
+            entries.push(Entry::new(source.clone(), Arc::clone(spec), id));
+        }
+        self.entries = entries;
         self.direct_only = direct;
         // MCP identifiers.
         let mut servers: Vec<(String, Vec<usize>)> = Vec::new();
@@ -824,12 +832,12 @@ impl Catalog {
             });
         }
         self.mcp_servers = mcp_servers;
-        self.by_id = self
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.id.clone(), i))
-            .collect();
+        let mut by_id = HashSlots::default();
+        by_id.reserve(self.entries.len());
+        for e in &self.entries {
+            by_id.push(by_id.hash(&e.id));
+        }
+        self.by_id = by_id;
         let mut builder = SearchIndexBuilder::with_capacity(self.entries.len());
         for e in &self.entries {
             builder.add_text(
@@ -896,7 +904,13 @@ impl Catalog {
 
     /// Entry by catalog id.
     pub fn get(&self, id: &str) -> Option<&Entry> {
-        self.by_id.get(id).map(|&i| &self.entries[i])
+        // Ids are unique; like a map built in entry order, the last wins.
+        let h = self.by_id.hash(id);
+        self.by_id
+            .candidates(h)
+            .filter(|&i| self.entries[i as usize].id == id)
+            .last()
+            .map(|i| &self.entries[i as usize])
     }
 
     /// MCP servers in catalog order.

@@ -2,6 +2,7 @@
 
 use crate::expand::{weighted_query, QueryTerm};
 use crate::tokenize::{for_each_word, word_tokens, TokenScratch};
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -70,15 +71,18 @@ pub struct SearchIndex {
     /// `k1 · (1 − b + b · len / avgLen)` per document.
     norm: Vec<f64>,
     avg_len: f64,
-    terms: HashMap<String, u32, FastState>,
+    terms: Terms,
     /// Postings in CSR form: the postings of term `t` are
     /// `post[post_start[t]..post_start[t + 1]]`, each `(doc, tf)` in doc order.
     post_start: Vec<u32>,
     post: Vec<(u32, u32)>,
-    /// Lower-cased name or id → first document; further documents sharing
-    /// the key are in `exact_more`.
-    exact: HashMap<String, u32, FastState>,
-    exact_more: HashMap<String, Vec<u32>, FastState>,
+    /// Lower-cased names and ids, one slot per distinct key: the key is
+    /// `exact_arena[start..end]` of `exact_keys[slot]`, with its first
+    /// document; further documents sharing the key are in `exact_more`.
+    exact: HashSlots,
+    exact_arena: String,
+    exact_keys: Vec<ExactKey>,
+    exact_more: HashMap<u32, Vec<u32>, FastState>,
     id_rank: Vec<u32>,
 }
 
@@ -117,6 +121,16 @@ impl SearchIndex {
         self.avg_len
     }
 
+    fn exact_key(&self, slot: u32) -> &str {
+        let k = &self.exact_keys[slot as usize];
+        &self.exact_arena[k.start as usize..k.end as usize]
+    }
+
+    fn exact_slot(&self, key: &str) -> Option<u32> {
+        let h = self.exact.hash(key);
+        self.exact.find_first(h, |slot| self.exact_key(slot) == key)
+    }
+
     fn postings(&self, t: u32) -> &[(u32, u32)] {
         let t = t as usize;
         &self.post[self.post_start[t] as usize..self.post_start[t + 1] as usize]
@@ -124,7 +138,7 @@ impl SearchIndex {
 
     /// `idf(t) = ln(1 + (N − n(t) + 0.5) / (n(t) + 0.5))`.
     pub fn idf(&self, term: &str) -> f64 {
-        let nt = self.terms.get(term).map_or(0, |&t| self.postings(t).len()) as f64;
+        let nt = self.terms.get(term).map_or(0, |t| self.postings(t).len()) as f64;
         let n = self.len() as f64;
         (1.0 + (n - nt + 0.5) / (nt + 0.5)).ln()
     }
@@ -152,7 +166,7 @@ impl SearchIndex {
         acc.score = vec![0.0; self.len()];
         acc.literal = vec![false; self.len()];
         for qt in query {
-            let Some(&t) = self.terms.get(qt.term.as_str()) else {
+            let Some(t) = self.terms.get(qt.term.as_str()) else {
                 continue;
             };
             let idf = self.idf(&qt.term);
@@ -188,9 +202,9 @@ impl SearchIndex {
         };
         let lq = q.to_lowercase();
         let mut exact: Vec<usize> = Vec::new();
-        if let Some(&first) = self.exact.get(&lq) {
-            exact.push(first as usize);
-            if let Some(more) = self.exact_more.get(&lq) {
+        if let Some(slot) = self.exact_slot(&lq) {
+            exact.push(self.exact_keys[slot as usize].first as usize);
+            if let Some(more) = self.exact_more.get(&slot) {
                 exact.extend(more.iter().map(|&d| d as usize));
             }
         }
@@ -315,8 +329,100 @@ pub struct SearchIndexBuilder {
     scratch: TokenScratch,
     /// Word (original case) → its interned tokens, a range of `word_terms`.
     /// Tokenization is word by word, so repeated words are tokenized once.
-    word_cache: HashMap<Box<str>, (u32, u32), FastState>,
+    /// Words of up to 32 bytes are keyed inline (no pointer chasing).
+    word_cache: HashMap<WordKey, WordTerms, FastState>,
+    long_word_cache: HashMap<Box<str>, WordTerms, FastState>,
     word_terms: Vec<u32>,
+}
+
+/// The interned tokens of one word: up to 3 inline, more as a range of
+/// `SearchIndexBuilder::word_terms` (`ids[0]` = start).
+#[derive(Debug, Clone, Copy)]
+struct WordTerms {
+    len: u32,
+    ids: [u32; 3],
+}
+
+impl WordTerms {
+    #[inline]
+    fn push_into(&self, word_terms: &[u32], out: &mut Vec<u32>) {
+        let len = self.len as usize;
+        if len <= 3 {
+            for &t in &self.ids[..len] {
+                out.push(t);
+            }
+        } else {
+            let start = self.ids[0] as usize;
+            out.extend_from_slice(&word_terms[start..start + len]);
+        }
+    }
+}
+
+/// A word of at most 32 bytes, zero-padded. Words never contain a NUL byte
+/// (they consist of letters, digits and `_`), so the padding is unambiguous.
+#[derive(Debug, Clone, Copy, Eq)]
+struct WordKey([u64; 4]);
+
+impl PartialEq for WordKey {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        // Word by word (wide vector loads of a just-built key would stall).
+        (self.0[0] ^ other.0[0])
+            | (self.0[1] ^ other.0[1])
+            | (self.0[2] ^ other.0[2])
+            | (self.0[3] ^ other.0[3])
+            == 0
+    }
+}
+
+impl WordKey {
+    #[inline]
+    fn new(word: &str) -> Option<WordKey> {
+        let b = word.as_bytes();
+        if b.len() > 32 {
+            return None;
+        }
+        // Four register-built words (no byte buffer: a memcpy'd buffer read
+        // back as words stalls on store forwarding).
+        let n = b.len();
+        let word = |i: usize| {
+            let s = i * 8;
+            if s + 8 <= n {
+                u64::from_le_bytes(b[s..s + 8].try_into().expect("8 bytes"))
+            } else if s < n {
+                load_tail(&b[s..])
+            } else {
+                0
+            }
+        };
+        Some(WordKey([word(0), word(1), word(2), word(3)]))
+    }
+}
+
+/// `rest` (1–7 bytes) as a little-endian integer, zero-extended.
+#[inline]
+fn load_tail(rest: &[u8]) -> u64 {
+    let n = rest.len();
+    if n >= 4 {
+        let lo = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as u64;
+        let hi = u32::from_le_bytes(rest[n - 4..].try_into().expect("4 bytes")) as u64;
+        lo | hi << (8 * (n - 4))
+    } else if n >= 2 {
+        let lo = u16::from_le_bytes(rest[..2].try_into().expect("2 bytes")) as u64;
+        let hi = u16::from_le_bytes(rest[n - 2..].try_into().expect("2 bytes")) as u64;
+        lo | hi << (8 * (n - 2))
+    } else {
+        rest.first().map_or(0, |&c| c as u64)
+    }
+}
+
+impl std::hash::Hash for WordKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        for w in self.0 {
+            state.write_u64(w);
+        }
+    }
 }
 
 impl SearchIndexBuilder {
@@ -328,18 +434,11 @@ impl SearchIndexBuilder {
         b.index.lens.reserve(n);
         b.index.terms.reserve(n * 2);
         b.index.exact.reserve(n * 2);
+        b.index.exact_keys.reserve(n * 2);
+        b.index.exact_arena.reserve(n * 48);
         b.word_cache.reserve(n * 2);
         b.triples.reserve(n * 24);
         b
-    }
-
-    fn intern(terms: &mut HashMap<String, u32, FastState>, t: &str) -> u32 {
-        if let Some(&id) = terms.get(t) {
-            return id;
-        }
-        let id = terms.len() as u32;
-        terms.insert(t.to_string(), id);
-        id
     }
 
     /// Add a document from already tokenized text.
@@ -352,7 +451,7 @@ impl SearchIndexBuilder {
     ) {
         self.doc_terms.clear();
         for t in tokens {
-            let term = Self::intern(&mut self.index.terms, t);
+            let term = self.index.terms.intern(t);
             self.doc_terms.push(term);
         }
         self.finish_doc(id, name, mcp);
@@ -375,24 +474,40 @@ impl SearchIndexBuilder {
                 doc_terms,
                 scratch,
                 word_cache,
+                long_word_cache,
                 word_terms,
                 ..
             } = self;
             let terms = &mut index.terms;
             let mut sink = |text: &str| {
                 for_each_word(text, |word| {
-                    if let Some(&(start, len)) = word_cache.get(word) {
-                        let (start, len) = (start as usize, len as usize);
-                        doc_terms.extend_from_slice(&word_terms[start..start + len]);
+                    let key = WordKey::new(word);
+                    let cached = match key {
+                        Some(k) => word_cache.get(&k),
+                        None => long_word_cache.get(word),
+                    };
+                    if let Some(w) = cached {
+                        w.push_into(word_terms, doc_terms);
                         return;
                     }
                     let start = word_terms.len();
                     word_tokens(word, scratch, &mut |t: &str| {
-                        word_terms.push(Self::intern(terms, t));
+                        word_terms.push(terms.intern(t));
                     });
-                    doc_terms.extend_from_slice(&word_terms[start..]);
                     let len = word_terms.len() - start;
-                    word_cache.insert(word.into(), (start as u32, len as u32));
+                    let mut w = WordTerms {
+                        len: len as u32,
+                        ids: [start as u32, 0, 0],
+                    };
+                    if len <= 3 {
+                        w.ids[..len].copy_from_slice(&word_terms[start..]);
+                        word_terms.truncate(start);
+                    }
+                    w.push_into(word_terms, doc_terms);
+                    match key {
+                        Some(k) => word_cache.insert(k, w),
+                        None => long_word_cache.insert(word.into(), w),
+                    };
                 });
             };
             fill(&mut sink);
@@ -401,21 +516,37 @@ impl SearchIndexBuilder {
     }
 
     fn add_exact(&mut self, key_source: &str, d: u32) {
-        let lower = &mut self.lower;
-        lower.clear();
-        if key_source.is_ascii() {
-            lower.push_str(key_source);
-            lower.make_ascii_lowercase();
+        let buf = &mut self.lower;
+        let lower: &str = if !key_source.is_ascii() {
+            buf.clear();
+            buf.push_str(&key_source.to_lowercase());
+            buf
+        } else if key_source.bytes().any(|b| b.is_ascii_uppercase()) {
+            buf.clear();
+            buf.push_str(key_source);
+            buf.make_ascii_lowercase();
+            buf
         } else {
-            lower.push_str(&key_source.to_lowercase());
-        }
+            key_source
+        };
         let index = &mut self.index;
-        match index.exact.get(lower.as_str()) {
+        let h = index.exact.hash(lower);
+        match index
+            .exact
+            .find_first(h, |slot| index.exact_key(slot) == lower)
+        {
             None => {
-                index.exact.insert(lower.clone(), d);
+                let start = index.exact_arena.len() as u32;
+                index.exact_arena.push_str(lower);
+                index.exact_keys.push(ExactKey {
+                    start,
+                    end: index.exact_arena.len() as u32,
+                    first: d,
+                });
+                index.exact.push(h);
             }
-            Some(&first) if first != d => {
-                let more = index.exact_more.entry(lower.clone()).or_default();
+            Some(slot) if index.exact_keys[slot as usize].first != d => {
+                let more = index.exact_more.entry(slot).or_default();
                 if more.last() != Some(&d) {
                     more.push(d);
                 }
@@ -479,7 +610,18 @@ impl SearchIndexBuilder {
             .iter()
             .map(|&len| K1 * (1.0 - B + B * len as f64 / avg))
             .collect();
-        let lower: Vec<String> = index.ids.iter().map(|i| i.to_lowercase()).collect();
+        // Most ids are already lower-case ASCII: borrow those.
+        let lower: Vec<Cow<'_, str>> = index
+            .ids
+            .iter()
+            .map(|i| {
+                if i.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) {
+                    Cow::Owned(i.to_lowercase())
+                } else {
+                    Cow::Borrowed(i.as_str())
+                }
+            })
+            .collect();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_unstable_by(|&a, &b| {
             lower[a]
@@ -491,6 +633,127 @@ impl SearchIndexBuilder {
             index.id_rank[d] = rank as u32;
         }
         index
+    }
+}
+
+/// The interned terms: term `t` is `arena[ends[t - 1]..ends[t]]` (from 0
+/// for the first), looked up through [`HashSlots`] (slot = term id).
+#[derive(Debug, Clone, Default)]
+struct Terms {
+    slots: HashSlots,
+    arena: String,
+    ends: Vec<u32>,
+}
+
+impl Terms {
+    fn reserve(&mut self, n: usize) {
+        self.slots.reserve(n);
+        self.ends.reserve(n);
+        self.arena.reserve(n * 8);
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    #[inline]
+    fn term(&self, t: u32) -> &str {
+        let t = t as usize;
+        let start = if t == 0 { 0 } else { self.ends[t - 1] as usize };
+        &self.arena[start..self.ends[t] as usize]
+    }
+
+    #[inline]
+    fn find(&self, h: u64, term: &str) -> Option<u32> {
+        self.slots.find_first(h, |t| self.term(t) == term)
+    }
+
+    /// The id of `term`, if interned.
+    #[inline]
+    fn get(&self, term: &str) -> Option<u32> {
+        self.find(self.slots.hash(term), term)
+    }
+
+    /// The id of `term`, interning it if new (ids are dense, in order).
+    #[inline]
+    fn intern(&mut self, term: &str) -> u32 {
+        let h = self.slots.hash(term);
+        if let Some(t) = self.find(h, term) {
+            return t;
+        }
+        self.arena.push_str(term);
+        self.ends.push(self.arena.len() as u32);
+        self.slots.push(h);
+        (self.ends.len() - 1) as u32
+    }
+}
+
+/// One distinct exact-match key (see [`SearchIndex`]).
+#[derive(Debug, Clone, Copy)]
+struct ExactKey {
+    start: u32,
+    end: u32,
+    first: u32,
+}
+
+/// A string-keyed lookup table whose keys live elsewhere (so building it
+/// allocates no key strings): slots `0, 1, 2, …` are pushed in order with
+/// the hash of their key; lookups hash the probe and confirm candidates
+/// with a caller-supplied equality on slots (full hash collisions chain).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HashSlots {
+    state: FastState,
+    heads: HashMap<u64, u32, FastState>,
+    /// Per slot: the next slot with the same hash, or `u32::MAX`.
+    next: Vec<u32>,
+}
+
+impl HashSlots {
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.heads.reserve(n);
+        self.next.reserve(n);
+    }
+
+    /// The hash of a key.
+    #[inline]
+    pub(crate) fn hash(&self, key: &str) -> u64 {
+        self.state.hash_one(key)
+    }
+
+    /// Append the next slot, whose key hashes to `h`.
+    pub(crate) fn push(&mut self, h: u64) {
+        let slot = self.next.len() as u32;
+        self.next.push(u32::MAX);
+        match self.heads.entry(h) {
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(slot);
+            }
+            std::collections::hash_map::Entry::Occupied(o) => {
+                let mut s = *o.get();
+                while self.next[s as usize] != u32::MAX {
+                    s = self.next[s as usize];
+                }
+                self.next[s as usize] = slot;
+            }
+        }
+    }
+
+    /// The candidate slots for hash `h`, in push order.
+    #[inline]
+    pub(crate) fn candidates(&self, h: u64) -> impl Iterator<Item = u32> + '_ {
+        let mut cur = self.heads.get(&h).copied();
+        std::iter::from_fn(move || {
+            let s = cur?;
+            let n = self.next[s as usize];
+            cur = (n != u32::MAX).then_some(n);
+            Some(s)
+        })
+    }
+
+    /// The first slot for hash `h` whose key satisfies `eq`.
+    #[inline]
+    pub(crate) fn find_first(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.candidates(h).find(|&s| eq(s))
     }
 }
 
@@ -539,6 +802,10 @@ impl Hasher for FastHasher {
     #[inline]
     fn write_u8(&mut self, i: u8) {
         self.mix(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.mix(i);
     }
     #[inline]
     fn write_usize(&mut self, i: usize) {

@@ -1,0 +1,67 @@
+//! Bridge benchmarks: cells calling a no-op Rust tool.
+//!
+//! - `bridge_1_call` vs `exec_trivial` (in `benches/exec.rs`): one round trip
+//!   host → guest → host plus a cell;
+//! - `bridge_100_sequential`: 100 awaited calls in one cell; the per-call
+//!   round trip is (this − `bridge_1_call`) / 99;
+//! - `bridge_promise_all_100`: 100 calls awaited together.
+//!
+//! Run with `cargo bench --bench bridge`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
+use quickcell::{ExecInput, Runtime, ToolRegistry};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+struct Noop;
+
+#[async_trait]
+impl Tool for Noop {
+    fn name(&self) -> &str {
+        "noop"
+    }
+    fn description(&self) -> &str {
+        "Does nothing"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, _args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        Ok(Value::Null)
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(Noop)).unwrap();
+    let runtime = rt
+        .block_on(Runtime::builder().tools(registry).build())
+        .unwrap();
+    let cells = [
+        ("bridge_1_call", "await noop({}); return 1"),
+        (
+            "bridge_100_sequential",
+            "for (let i = 0; i < 100; i++) await noop({}); return 1",
+        ),
+        (
+            "bridge_promise_all_100",
+            "await Promise.all(Array.from({length: 100}, () => noop({}))); return 1",
+        ),
+    ];
+    for (name, code) in cells {
+        let check = rt.block_on(runtime.exec(ExecInput::new("bench", code)));
+        assert_eq!(check.status(), "completed", "{}", check.to_json());
+        eprintln!("{name}: fuel {}", check.telemetry().fuel_used);
+        c.bench_function(name, |b| {
+            b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", code))))
+        });
+    }
+}
+
+criterion_group!(bridge, benches);
+criterion_main!(bridge);
