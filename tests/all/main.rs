@@ -8,6 +8,7 @@ mod exec;
 mod limits;
 mod output;
 mod source;
+mod wit;
 
 use quickcell::{CellResult, ExecInput, Limits, Runtime};
 use serde_json::Value;

@@ -500,7 +500,9 @@ impl SearchIndexBuilder {
                         ids: [start as u32, 0, 0],
                     };
                     if len <= 3 {
-                        w.ids[..len].copy_from_slice(&word_terms[start..]);
+                        for (slot, &t) in w.ids.iter_mut().zip(&word_terms[start..]) {
+                            *slot = t;
+                        }
                         word_terms.truncate(start);
                     }
                     w.push_into(word_terms, doc_terms);
@@ -844,6 +846,152 @@ mod tests {
 
     fn ids(index: &SearchIndex, hits: &[Hit]) -> Vec<String> {
         hits.iter().map(|h| index.id(h.doc).to_string()).collect()
+    }
+
+    /// Texts exercising the tokenizer: ASCII, camelCase, acronyms, digits,
+    /// underscores, `$`, CJK, emoji, combining marks, non-ASCII upper case,
+    /// stopwords, words longer than 32 bytes and repeated words.
+    const SAMPLE_TEXTS: [&str; 16] = [
+        "web_search Search the web for current information",
+        "getURLs HTTPServer getOAuthToken readFile file2pdf URLsx",
+        "ÀÉ ÉtéCafé café CAFÉ Ωmega ΣΊΣΥΦΟΣ straße İstanbul",
+        "価格を調べて 検索する データ_取得 日本語テキスト",
+        "emoji 🚀 rocket🚀launch 👍🏽 thumbs_up 🇯🇵",
+        "combining e\u{301}te\u{301} a\u{308}bc n\u{303}",
+        "$price $$ a$b money$ __init__ _ __ _x_ x__y",
+        "123 4567abc abc123DEF 12_34 ٣٤٥ ①② Ⅻ",
+        "The and with THE AND about YOUR your doIt DoIt",
+        "cookies policies running runner processing scheduled analysis news",
+        "aVeryLongIdentifierNameThatIsLongerThanThirtyTwoBytes_and_more_parts",
+        "supercalifragilisticexpialidocious_supercalifragilisticexpialidocious",
+        "repeat repeat Repeat REPEAT repeat_repeat repeatRepeat",
+        "host:core:get_issue_42 mcp:server1:list-issues client:client:x",
+        "tabs\tand\nnewlines, punctuation! (parens) [brackets] {braces}",
+        "",
+    ];
+
+    #[test]
+    fn word_cache_matches_reference_tokenization() {
+        // Documents built from the sample texts, split into pieces in
+        // several ways, indexed through the word cache (`add_text`) and from
+        // reference token lists (`add_tokens` over `tokenize`).
+        let mut docs: Vec<(String, String, Vec<String>)> = Vec::new();
+        for (i, a) in SAMPLE_TEXTS.iter().enumerate() {
+            for (j, b) in SAMPLE_TEXTS.iter().enumerate().step_by(3) {
+                let name = format!("Tool_{i}_{j}");
+                let id = format!("host:core:{name}");
+                docs.push((
+                    id,
+                    name,
+                    vec![a.to_string(), b.to_string(), format!("{a}{b}")],
+                ));
+            }
+        }
+        let mut cached = SearchIndexBuilder::with_capacity(docs.len());
+        let mut reference = SearchIndexBuilder::with_capacity(docs.len());
+        for (id, name, pieces) in &docs {
+            cached.add_text(id.clone(), name, false, |sink| {
+                sink(name);
+                sink(id);
+                for p in pieces {
+                    sink(p);
+                }
+            });
+            let mut text = format!("{name} {id}");
+            for p in pieces {
+                text.push(' ');
+                text.push_str(p);
+            }
+            let tokens = tokenize(&text);
+            reference.add_tokens(id.clone(), name, false, tokens.iter().map(String::as_str));
+        }
+        let (c, r) = (cached.finish(), reference.finish());
+        assert_eq!(c.terms.len(), r.terms.len());
+        for t in 0..c.terms.len() as u32 {
+            assert_eq!(c.terms.term(t), r.terms.term(t), "term {t}");
+            assert_eq!(c.terms.get(c.terms.term(t)), Some(t));
+        }
+        assert_eq!(c.post_start, r.post_start);
+        assert_eq!(c.post, r.post);
+        assert_eq!(c.lens, r.lens);
+        assert_eq!(c.norm, r.norm);
+        assert_eq!(c.avg_len, r.avg_len);
+        assert_eq!(c.id_rank, r.id_rank);
+        for q in SAMPLE_TEXTS
+            .iter()
+            .chain(&["tool_3_6", "HOST:CORE:TOOL_0_0", "café"])
+        {
+            let f = SearchFilter::default();
+            assert_eq!(c.search(q, 50, f), r.search(q, 50, f), "{q}");
+        }
+    }
+
+    #[test]
+    fn id_ranks_match_collation() {
+        let ids = [
+            "b",
+            "B",
+            "a",
+            "A",
+            "_x",
+            "Z",
+            "ÀÉ",
+            "àé",
+            "é",
+            "E",
+            "host:core:X",
+        ];
+        let mut b = SearchIndexBuilder::with_capacity(ids.len());
+        for id in ids {
+            b.add_tokens(id.to_string(), id, false, std::iter::empty());
+        }
+        let index = b.finish();
+        let mut sorted: Vec<usize> = (0..ids.len()).collect();
+        sorted.sort_by(|&x, &y| crate::text::collate(ids[x], ids[y]));
+        for (rank, d) in sorted.into_iter().enumerate() {
+            assert_eq!(index.id_rank[d] as usize, rank, "{}", ids[d]);
+        }
+    }
+
+    #[test]
+    fn word_keys_pack_words_exactly() {
+        let text = "abcdefghijklmnopqrstuvwxyz0123456789_ÀÉé";
+        let mut seen = HashSet::new();
+        for end in 0..=text.len() {
+            if !text.is_char_boundary(end) {
+                continue;
+            }
+            let w = &text[..end];
+            let key = WordKey::new(w);
+            if w.len() > 32 {
+                assert!(key.is_none());
+                continue;
+            }
+            let key = key.expect("short word");
+            let mut buf = [0u8; 32];
+            buf[..w.len()].copy_from_slice(w.as_bytes());
+            for (i, &k) in key.0.iter().enumerate() {
+                let expect = u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap());
+                assert_eq!(k, expect, "{w:?} word {i}");
+            }
+            assert!(seen.insert(key.0), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn hash_slots_resolve_full_collisions() {
+        let keys = ["alpha", "beta", "gamma", "beta"];
+        let mut slots = HashSlots::default();
+        for _ in keys {
+            slots.push(42); // every key in one chain
+        }
+        let find = |k: &str| slots.find_first(42, |s| keys[s as usize] == k);
+        assert_eq!(find("alpha"), Some(0));
+        assert_eq!(find("beta"), Some(1));
+        assert_eq!(find("gamma"), Some(2));
+        assert_eq!(find("delta"), None);
+        assert_eq!(slots.candidates(42).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        assert_eq!(slots.candidates(7).count(), 0);
     }
 
     #[test]
