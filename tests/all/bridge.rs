@@ -15,6 +15,8 @@ struct T {
     name: String,
     desc: String,
     calls: Arc<AtomicUsize>,
+    running: Arc<AtomicUsize>,
+    max_running: Arc<AtomicUsize>,
     delay: Duration,
     behaviour: &'static str,
 }
@@ -24,6 +26,8 @@ fn t(name: &str, desc: &str) -> T {
         name: name.into(),
         desc: desc.into(),
         calls: Arc::new(AtomicUsize::new(0)),
+        running: Arc::new(AtomicUsize::new(0)),
+        max_running: Arc::new(AtomicUsize::new(0)),
         delay: Duration::ZERO,
         behaviour: "ok",
     }
@@ -42,9 +46,12 @@ impl Tool for T {
     }
     async fn call(&self, args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
+        self.running.fetch_sub(1, Ordering::SeqCst);
         match self.behaviour {
             "fail" => Err(ToolError::tool("the service said no")),
             "panic" => panic!("tool bug"),
@@ -297,12 +304,12 @@ async fn timers_run_and_clear() {
             "timers",
             r#"
         const order = [];
-        setTimeout((a, b) => order.push(a + b), 30, "t", "2");
+        setTimeout((a, b) => order.push(a + b), 300, "t", "2");
         setTimeout(() => order.push("t1"), 10);
         const id = setTimeout(() => order.push("cleared"), 20);
         clearTimeout(id); clearTimeout(12345);
         let typeError = null; try { setTimeout("code", 1); } catch (e) { typeError = e.message; }
-        await new Promise(r => setTimeout(r, 60));
+        await new Promise(r => setTimeout(r, 400));
         return { order, typeError };"#,
         ))
         .await;

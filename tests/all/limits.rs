@@ -17,14 +17,12 @@ async fn timeout_violated_keeps_earlier_output() {
     let limits = Limits::default()
         .with_timeout_ms(300)
         .with_fuel(Fuel::Unlimited);
-    let started = std::time::Instant::now();
     let r = run_with(limits, "text('before'); while (true) {}").await;
     let f = failed(&r);
     assert_eq!(f.code, ErrorCode::Timeout);
     assert_eq!(f.error, "code mode timeout exceeded");
     assert_eq!(f.failure_phase, FailurePhase::Guest);
     assert_eq!(texts(&r), vec!["before"]);
-    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 #[tokio::test]
