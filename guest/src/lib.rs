@@ -210,6 +210,17 @@ fn install_stack_guard(ctx: &Ctx<'_>) -> anyhow_like::Result<()> {
     Ok(())
 }
 
+/// One settled bridge request, as the host sends it with `settle`.
+#[derive(Deserialize)]
+struct Settlement<'a> {
+    id: u64,
+    ok: bool,
+    #[serde(borrow, default)]
+    value: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a serde_json::value::RawValue>,
+}
+
 /// Per-cell options sent by the host with `start`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -361,8 +372,13 @@ impl Guest for Component {
 
     fn settle(results_json: String) -> String {
         with_state(|state| {
+            let results: Vec<Settlement> = serde_json::from_str(&results_json).unwrap_or_default();
             state.runtime.context().with(|ctx| {
-                call_runner(&ctx, state, "settle", (results_json,));
+                for r in results {
+                    let payload = if r.ok { r.value } else { r.error };
+                    let json = payload.map_or_else(|| "null".to_string(), |v| v.get().to_string());
+                    call_runner(&ctx, state, "settleOne", (r.id as f64, r.ok, json));
+                }
             });
             drain_jobs(state);
             status_json(state)

@@ -371,7 +371,11 @@
   const pending = new MapCtor(); // request id -> { resolve, reject }
 
   function hostRequest(method, args) {
-    const id = requestNative(method, stringify(args));
+    return hostRequestRaw(method, stringify(args));
+  }
+
+  function hostRequestRaw(method, argsJson) {
+    const id = requestNative(method, argsJson);
     return new PromiseCtor((resolve, reject) => {
       mapSet(pending, id, { resolve, reject });
     });
@@ -436,9 +440,10 @@
 
   function makeHandle(callable) {
     if (mapHas(handlesByName, callable)) return mapGet(handlesByName, callable);
+    const prefix = '{"callable":' + stringify(callable) + ',"input":';
     const handle = async function (input) {
       const p = input === undefined ? null : projectValue(input);
-      return hostRequest("callValue", { callable, input: p === undefined ? null : p });
+      return hostRequestRaw("callValue", prefix + (p === undefined ? "null" : stringify(p)) + "}");
     };
     setPrototypeOf(handle, HandleProto);
     defineProperty(handle, "name", { value: callable });
@@ -500,7 +505,7 @@
     ms = ms > 0 ? MathFloor(ms) : 0;
     let id = 0;
     const promise = new PromiseCtor((resolve, reject) => {
-      id = requestNative("sleep", stringify({ ms }));
+      id = requestNative("sleep", '{"ms":' + ms + "}");
       mapSet(pending, id, { resolve, reject });
     });
     promiseThen(
@@ -634,19 +639,19 @@
     jobError(error) {
       fail(error);
     },
-    settle(resultsJson) {
-      const results = JSONParse(resultsJson);
-      for (let i = 0; i < results.length; i++) {
-        const r = results[i];
-        const waiter = mapGet(pending, r.id);
-        if (waiter === undefined) continue;
-        mapDelete(pending, r.id);
-        if (r.ok) waiter.resolve(r.value);
-        else waiter.reject(bridgeError(r.error));
-      }
+    // One settlement; the Rust side splits the batch (serde is far cheaper
+    // than QuickJS's JSON.parse) and passes each value as JSON text.
+    settleOne(id, ok, json) {
+      const waiter = mapGet(pending, id);
+      if (waiter === undefined) return;
+      mapDelete(pending, id);
+      const value = json === "null" ? null : JSONParse(json);
+      if (ok) waiter.resolve(value);
+      else waiter.reject(bridgeError(value));
     },
     status() {
-      if (outcome === null) return stringify({ state: "pending", requests: [] });
+      // Constant text: JSON.stringify costs ~25k fuel even for tiny objects.
+      if (outcome === null) return '{"state":"pending"}';
       if (outcome.state === "completed") {
         return '{"state":"completed","value":' + projectedJson(outcome.value) + "}";
       }
