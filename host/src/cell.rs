@@ -78,28 +78,7 @@ pub(crate) async fn exec(
     if let Err(rejection) = source::validate_source(&input.code) {
         return input_failure(rejection.message(), telemetry());
     }
-    run(shared, limits, tools, telemetry, input).await
-}
 
-pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
-    CellResult::Failed(Failed {
-        error,
-        code: ErrorCode::InvalidInput,
-        output: Vec::new(),
-        telemetry,
-        failure_phase: FailurePhase::Input,
-        bridge_dispatch_started: false,
-        replay_safe: None,
-    })
-}
-
-async fn run(
-    shared: &SharedEngine,
-    limits: &Limits,
-    tools: &Arc<CellTools>,
-    telemetry: impl Fn() -> Telemetry,
-    input: &ExecInput,
-) -> CellResult {
     let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
     let memory_cap = limits.linear_memory_cap(shared.initial_memory_bytes);
     let state = CellState::new(
@@ -200,6 +179,18 @@ async fn run(
         dispatch_started,
         telemetry,
     )
+}
+
+pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
+    CellResult::Failed(Failed {
+        error,
+        code: ErrorCode::InvalidInput,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Input,
+        bridge_dispatch_started: false,
+        replay_safe: None,
+    })
 }
 
 fn rand_seed() -> u64 {
