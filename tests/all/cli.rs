@@ -122,3 +122,39 @@ fn config_limits_apply_and_bad_config_is_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn corrupt_module_cache_is_rebuilt() {
+    let dir = std::env::temp_dir().join(format!("quickcell-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = || {
+        quickcell()
+            .env("QUICKCELL_CACHE_DIR", &dir)
+            .args(["exec", "--code", "return 41 + 1"])
+            .output()
+            .unwrap()
+    };
+    let first = run();
+    assert_eq!(first.status.code(), Some(0));
+    let entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    // Corrupt the cached module: the next process discards it and rebuilds.
+    std::fs::write(&entries[0], b"not a compiled module").unwrap();
+    let second = run();
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    let v: Value = serde_json::from_slice(&second.stdout).unwrap();
+    assert_eq!(v["value"], 42);
+    assert!(
+        std::fs::metadata(&entries[0]).unwrap().len() > 1000,
+        "the cache entry was rewritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
