@@ -70,6 +70,9 @@ pub(crate) struct BridgeRequest {
     pub id: u64,
     pub method: String,
     pub args_json: String,
+    /// Size of arguments the host refused to read (over
+    /// [`MAX_REQUEST_ARGS_BYTES`]); the request settles with an error.
+    pub oversized_args: Option<usize>,
 }
 
 /// Store data of one cell call: the WASI context (nothing granted), the
@@ -223,13 +226,20 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
                     MAX_METHOD_BYTES,
                     "bridge method",
                 );
-                let args = read_guest_str(
-                    &mut caller,
-                    args_ptr,
-                    args_len,
-                    MAX_REQUEST_ARGS_BYTES,
-                    "bridge request arguments",
-                );
+                // Oversized arguments are not read: the request gets an id
+                // and settles with an error the cell can catch.
+                let oversized_args =
+                    (args_len as usize > MAX_REQUEST_ARGS_BYTES).then_some(args_len as usize);
+                let args = match oversized_args {
+                    Some(_) => Ok(String::new()),
+                    None => read_guest_str(
+                        &mut caller,
+                        args_ptr,
+                        args_len,
+                        MAX_REQUEST_ARGS_BYTES,
+                        "bridge request arguments",
+                    ),
+                };
                 let state = caller.data_mut();
                 let (method, args_json) = match (method, args) {
                     (Ok(m), Ok(a)) => (m, a),
@@ -244,6 +254,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
                     id,
                     method,
                     args_json,
+                    oversized_args,
                 });
                 Ok(id)
             },

@@ -148,6 +148,17 @@ impl Bridge {
 
     fn start(&mut self, request: BridgeRequest) {
         let id = request.id;
+        if let Some(size) = request.oversized_args {
+            self.ready.push(err(
+                id,
+                format!(
+                    "the arguments of this call are {size} bytes of JSON; the bridge accepts at most {} bytes. Pass less data.",
+                    crate::abi::MAX_REQUEST_ARGS_BYTES
+                ),
+                "invalid_input",
+            ));
+            return;
+        }
         let args: Value = match serde_json::from_str(&request.args_json) {
             Ok(v) => v,
             Err(e) => {

@@ -359,3 +359,30 @@ async fn command_tools_from_config_are_callable() {
     let v = value(&r);
     assert!(v.to_string().contains("world"), "{v}");
 }
+
+#[tokio::test]
+async fn request_argument_cap_obeyed_and_violated() {
+    let (rt, calls) = runtime_with(vec![t("take", "Takes a value")], Limits::default()).await;
+    let r = rt
+        .exec(ExecInput::new("cap", r#"
+            const ok = (await take({value: "a".repeat(3 * 1024 * 1024)})).input.value.length;
+            let err = null;
+            try { await take({value: "a".repeat(5 * 1024 * 1024)}); } catch (e) { err = [e.code, e.message]; }
+            return { ok, err };"#))
+        .await;
+    let v = value(&r);
+    assert_eq!(v["ok"], 3 * 1024 * 1024);
+    assert_eq!(v["err"][0], "invalid_input");
+    assert!(
+        v["err"][1]
+            .as_str()
+            .unwrap()
+            .contains("the bridge accepts at most 4194304 bytes"),
+        "{v}"
+    );
+    assert_eq!(
+        calls[0].load(Ordering::SeqCst),
+        1,
+        "the oversized call never reached the tool"
+    );
+}
