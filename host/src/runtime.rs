@@ -105,6 +105,9 @@ impl Runtime {
 
     /// Runs a cell (`exec`). Never panics and never returns a Rust error:
     /// every outcome, including rejected input, is a [`CellResult`].
+    ///
+    /// Must be awaited inside a Tokio runtime (tool calls and timers run as
+    /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
         cell::exec(
             &self.shared,
