@@ -51,8 +51,6 @@ struct GuestStatus<'a> {
 
 /// How a call ended, before output fitting.
 enum Ending {
-    /// The cell's promise has not settled yet.
-    Pending,
     Completed {
         value_json: String,
     },
@@ -137,17 +135,14 @@ pub(crate) async fn exec(
                 error: message,
             };
         }
+        // `None`: the cell's promise has not settled yet.
         let ending = ending_from_status(&json);
-        let settled = !matches!(ending, Ending::Pending);
         if !bridge.has_work() {
-            break match ending {
-                Ending::Pending => Ending::Failed {
-                    code: ErrorCode::InternalError,
-                    phase: FailurePhase::Guest,
-                    error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
-                },
-                other => other,
-            };
+            break ending.unwrap_or_else(|| Ending::Failed {
+                code: ErrorCode::InternalError,
+                phase: FailurePhase::Guest,
+                error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+            });
         }
         // Awaiting (result pending) or draining (value ready, detached
         // requests outstanding): deliver the next settlements.
@@ -156,13 +151,14 @@ pub(crate) async fn exec(
                 let results = Value::Array(batch).to_string();
                 status = exports.settle(&mut store, &results).await;
             }
-            None if settled => break ending,
+            // Deadline: a settled cell keeps its result (detached requests
+            // still running are cancelled); a pending one times out.
             None => {
-                break Ending::Failed {
+                break ending.unwrap_or_else(|| Ending::Failed {
                     code: ErrorCode::Timeout,
                     phase: FailurePhase::Guest,
                     error: crate::Error::Timeout.to_string(),
-                }
+                })
             }
         }
     };
@@ -199,23 +195,25 @@ fn rand_seed() -> u64 {
     u64::from_le_bytes(bytes[..8].try_into().unwrap())
 }
 
-fn ending_from_status(json: &str) -> Ending {
+/// The ending a guest status reports, or `None` while the cell's promise is
+/// still pending.
+fn ending_from_status(json: &str) -> Option<Ending> {
     let status: GuestStatus = match serde_json::from_str(json) {
         Ok(s) => s,
         Err(e) => {
-            return Ending::Failed {
+            return Some(Ending::Failed {
                 code: ErrorCode::InternalError,
                 phase: FailurePhase::Host,
                 error: format!("InternalError: the guest reported an unreadable status: {e}"),
-            }
+            })
         }
     };
-    match (status.state, status.value) {
+    let ending = match (status.state, status.value) {
         // A JSON `null` value deserializes as `None`.
         ("completed", value) => Ending::Completed {
             value_json: value.map_or_else(|| "null".to_string(), |v| v.get().to_string()),
         },
-        ("pending", _) => Ending::Pending,
+        ("pending", _) => return None,
         ("failed", _) => match status.kind.as_deref().unwrap_or("error") {
             "module_access" => Ending::Failed {
                 code: ErrorCode::InvalidInput,
@@ -240,7 +238,8 @@ fn ending_from_status(json: &str) -> Ending {
             phase: FailurePhase::Host,
             error: format!("InternalError: the guest reported an unknown state `{other}`"),
         },
-    }
+    };
+    Some(ending)
 }
 
 fn ending_from_trap(err: wasmtime::Error, state: &CellState) -> Ending {
@@ -339,7 +338,6 @@ fn finish(
     let (value_json, error) = match &ending {
         Ending::Completed { value_json } => (Some(value_json.as_str()), None),
         Ending::Failed { error, .. } => (None, Some(error.as_str())),
-        Ending::Pending => unreachable!("a call never ends pending"),
     };
     let mut fitted = match output::fit_to_budget(budget, entries, value_json, error) {
         Ok(f) => f,
@@ -378,7 +376,6 @@ fn finish(
             bridge_dispatch_started: dispatch_started,
             replay_safe: None,
         }),
-        Ending::Pending => unreachable!("a call never ends pending"),
     }
 }
 
