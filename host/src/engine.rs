@@ -120,7 +120,7 @@ impl SharedEngine {
         let engine = Engine::new(&engine_config())
             .map_err(|e| anyhow!("cannot create the Wasmtime engine: {e}"))?;
         let stop_ticker = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(engine.clone(), stop_ticker.clone());
+        spawn_epoch_ticker(engine.clone(), stop_ticker.clone())?;
         let mut linker: Linker<CellState> = Linker::new(&engine);
         abi::add_to_linker(&mut linker)?;
 
@@ -150,7 +150,7 @@ impl SharedEngine {
     }
 }
 
-fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) {
+fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> Result<()> {
     std::thread::Builder::new()
         .name("quickcell-epoch".into())
         .spawn(move || {
@@ -159,7 +159,8 @@ fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) {
                 engine.increment_epoch();
             }
         })
-        .expect("spawn the epoch ticker thread");
+        .map(drop)
+        .map_err(|e| anyhow!("cannot start the epoch ticker thread: {e}"))
 }
 
 fn cache_key(engine: &Engine) -> String {
