@@ -388,6 +388,14 @@ impl Guest for Component {
     fn status() -> String {
         with_state(status_json)
     }
+
+    fn checkpoint() {
+        with_state(|state| unsafe { qjs::JS_RunGC(runtime_ptr(state)) })
+    }
+
+    fn resume(random_seed: u64) {
+        fastrand::seed(random_seed);
+    }
 }
 
 export!(Component);

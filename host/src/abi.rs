@@ -16,7 +16,9 @@
 
 use crate::channel::OutputBuffer;
 use anyhow::{anyhow, bail, Result};
-use wasmtime::{Caller, Extern, Instance, Linker, Memory, ResourceLimiter, Store, TypedFunc};
+use wasmtime::{
+    Caller, Extern, Global, Instance, Linker, Memory, ResourceLimiter, Store, TypedFunc,
+};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{HostMonotonicClock, WasiCtxBuilder};
 
@@ -46,21 +48,30 @@ impl std::fmt::Display for DeadlineExceeded {
 impl std::error::Error for DeadlineExceeded {}
 
 /// The monotonic clock the guest sees: nanoseconds since this process
-/// started, so `performance.now()` never runs backwards when a cell moves
-/// between instances.
-struct ProcessClock;
+/// started plus a per-cell offset, so `performance.now()` never runs
+/// backwards when a cell moves between instances — or between processes:
+/// a restored cell's offset makes its clock continue from the reading at
+/// its checkpoint plus the wall time it spent parked.
+struct CellClock {
+    offset_ns: u64,
+}
 
 fn process_start() -> std::time::Instant {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     *START.get_or_init(std::time::Instant::now)
 }
 
-impl HostMonotonicClock for ProcessClock {
+/// Nanoseconds since this process started.
+pub(crate) fn process_nanos() -> u64 {
+    process_start().elapsed().as_nanos() as u64
+}
+
+impl HostMonotonicClock for CellClock {
     fn resolution(&self) -> u64 {
         1_000
     }
     fn now(&self) -> u64 {
-        process_start().elapsed().as_nanos() as u64
+        self.offset_ns.saturating_add(process_nanos())
     }
 }
 
@@ -93,21 +104,37 @@ pub(crate) struct CellState {
     pub cancels: Vec<u64>,
     /// A guest-caused host fault (bad pointer, oversized buffer).
     pub fault: Option<String>,
+    /// Added to [`process_nanos`] to give the guest's monotonic clock.
+    pub clock_offset_ns: u64,
 }
 
 /// Builds the guest's WASI context: no preopens, no environment, no
 /// arguments, no network, stdin closed, stdout/stderr discarded, the
 /// monotonic clock anchored at process start.
-fn sandboxed_wasi() -> WasiP1Ctx {
+fn sandboxed_wasi(clock_offset_ns: u64) -> WasiP1Ctx {
     let mut builder = WasiCtxBuilder::new();
-    builder.monotonic_clock(ProcessClock);
+    builder.monotonic_clock(CellClock {
+        offset_ns: clock_offset_ns,
+    });
     builder.build_p1()
 }
 
 impl CellState {
+    /// State of a new cell; its clock reads [`process_nanos`].
     pub(crate) fn new(memory_cap: usize, output: OutputBuffer) -> Self {
+        Self::with_clock_offset(memory_cap, output, 0)
+    }
+
+    /// State of a cell whose monotonic clock runs `clock_offset_ns` ahead of
+    /// [`process_nanos`] (a restored cell).
+    pub(crate) fn with_clock_offset(
+        memory_cap: usize,
+        output: OutputBuffer,
+        clock_offset_ns: u64,
+    ) -> Self {
         Self {
-            wasi: sandboxed_wasi(),
+            wasi: sandboxed_wasi(clock_offset_ns),
+            clock_offset_ns,
             memory_cap,
             memory_refused: false,
             output,
@@ -265,12 +292,19 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
 
 /// Typed handles to the guest's exports for one instance.
 pub(crate) struct GuestExports {
-    memory: Memory,
+    /// The guest's linear memory.
+    pub memory: Memory,
+    /// The shadow-stack pointer, the module's only mutable global.
+    pub stack_pointer: Global,
+    checkpoint: TypedFunc<(), ()>,
+    resume: TypedFunc<u64, ()>,
     realloc: TypedFunc<(u32, u32, u32, u32), u32>,
     start: TypedFunc<(u32, u32, u32, u32), u32>,
     post_start: TypedFunc<u32, ()>,
     settle: TypedFunc<(u32, u32), u32>,
     post_settle: TypedFunc<u32, ()>,
+    status: TypedFunc<(), u32>,
+    post_status: TypedFunc<u32, ()>,
 }
 
 impl GuestExports {
@@ -298,8 +332,28 @@ impl GuestExports {
         let post_settle = func(store, &format!("cabi_post_{CELL_PREFIX}settle"))?
             .typed(&*store)
             .map_err(|e| anyhow!("{e}"))?;
+        let checkpoint = func(store, &format!("{CELL_PREFIX}checkpoint"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
+        let resume = func(store, &format!("{CELL_PREFIX}resume"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
+        let stack_pointer = instance
+            .get_global(&mut *store, "__stack_pointer")
+            .ok_or_else(|| anyhow!("guest does not export `__stack_pointer`"))?;
+        let status = func(store, &format!("{CELL_PREFIX}status"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
+        let post_status = func(store, &format!("cabi_post_{CELL_PREFIX}status"))?
+            .typed(&*store)
+            .map_err(|e| anyhow!("{e}"))?;
         Ok(Self {
+            status,
+            post_status,
             memory,
+            stack_pointer,
+            checkpoint,
+            resume,
             realloc,
             start,
             post_start,
@@ -356,6 +410,28 @@ impl GuestExports {
 }
 
 impl GuestExports {
+    /// Calls `cell.status()` and returns the status JSON.
+    pub(crate) async fn status(&self, store: &mut Store<CellState>) -> wasmtime::Result<String> {
+        let ret = self.status.call_async(&mut *store, ()).await?;
+        let status = self.read_returned_string(store, ret)?;
+        self.post_status.call_async(&mut *store, ret).await?;
+        Ok(status)
+    }
+
+    /// Calls `cell.checkpoint()`: the guest collects garbage.
+    pub(crate) async fn checkpoint(&self, store: &mut Store<CellState>) -> wasmtime::Result<()> {
+        self.checkpoint.call_async(&mut *store, ()).await
+    }
+
+    /// Calls `cell.resume(random-seed)` on a freshly restored instance.
+    pub(crate) async fn resume(
+        &self,
+        store: &mut Store<CellState>,
+        random_seed: u64,
+    ) -> wasmtime::Result<()> {
+        self.resume.call_async(&mut *store, random_seed).await
+    }
+
     /// Calls `cell.settle(results-json)` and returns the status JSON.
     pub(crate) async fn settle(
         &self,

@@ -15,14 +15,36 @@
 //! Settlements (host → guest): `{"id":N,"ok":true,"value":..}` or
 //! `{"id":N,"ok":false,"error":{"message":..,"code":..}}`.
 //!
-//! Until suspension exists, `yield` settles at once and requests still
-//! running at the call's deadline end the cell with `timeout`.
+//! `yield` requests are held, not settled: a pending yield makes the cell
+//! park (see the `cell` module), and the yield settles with `undefined` on
+//! the next `wait`.
+//!
+//! # Suspension
+//!
+//! The bridge remembers every request until it settles ([`Outstanding`]):
+//! its method and arguments, whether it was started, whether the tool is
+//! replay-safe, and a timer's absolute due time. When the cell parks,
+//! [`Bridge::parked_state`] captures this (with settlements not yet
+//! delivered) for the snapshot. A `wait` in the same process continues with
+//! the same bridge, whose tool calls kept running. A `wait` elsewhere (or
+//! after a restart) rebuilds the bridge with [`Bridge::restore`]: requests
+//! that never started are queued again; started replay-safe requests are
+//! dispatched again (a timer only for the time it had left); a started
+//! request that is not replay-safe settles with an error saying that its
+//! effect is unknown.
+//!
+//! # restartSafe cells
+//!
+//! In a `restartSafe` cell a call to a tool that is not marked replay-safe
+//! is rejected (a catchable error, code `invalid_input`) with the contract's
+//! message, and is never dispatched.
 
 use crate::abi::BridgeRequest;
 use crate::tools::{ToolErrorCode, ToolSet};
 use quickcell_catalog::{Catalog, CatalogError, Projection};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::task::JoinSet;
@@ -62,16 +84,59 @@ impl CellTools {
     }
 }
 
-/// The bridge state of one call.
+/// Message of a restart-safe cell calling a tool that is not replay-safe.
+pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools.";
+
+/// Message of a call whose host ended while it was in flight.
+pub(crate) const EFFECT_UNKNOWN: &str = "the host that ran this tool call ended while it was in flight, and the tool is not replay-safe, so it was not run again: its effect is unknown. Check the tool's state before calling it again.";
+
+/// A request that has not settled yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Outstanding {
+    pub method: String,
+    pub args_json: String,
+    /// Dispatched to the host (not only queued).
+    pub started: bool,
+    /// Running it again after a host restart is harmless.
+    pub replay_safe: bool,
+    /// A timer's due time, in Unix milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub due_unix_ms: Option<u64>,
+}
+
+/// What a parked cell's snapshot keeps of its bridge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct BridgeState {
+    /// Unsettled requests (queued, in flight or yields), by id.
+    pub outstanding: BTreeMap<u64, Outstanding>,
+    /// Settlements not delivered to the guest yet.
+    pub ready: Vec<Value>,
+    /// Held `yield` requests.
+    pub yields: Vec<u64>,
+    pub dispatch_started: bool,
+}
+
+/// The bridge state of one cell: its requests, queued, running and settled.
 pub(crate) struct Bridge {
     tools: Arc<CellTools>,
     max_in_flight: usize,
+    restart_safe: bool,
     in_flight: JoinSet<Value>,
     tokens: HashMap<u64, CancellationToken>,
     queued: VecDeque<BridgeRequest>,
     ready: Vec<Value>,
+    yields: Vec<u64>,
+    outstanding: BTreeMap<u64, Outstanding>,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn ok(id: u64, value: Value) -> Value {
@@ -88,16 +153,110 @@ fn catalog_err(id: u64, e: CatalogError) -> Value {
 }
 
 impl Bridge {
-    pub(crate) fn new(tools: Arc<CellTools>, max_in_flight: usize) -> Self {
+    pub(crate) fn new(tools: Arc<CellTools>, max_in_flight: usize, restart_safe: bool) -> Self {
         Self {
             tools,
             max_in_flight: max_in_flight.max(1),
+            restart_safe,
             in_flight: JoinSet::new(),
             tokens: HashMap::new(),
             queued: VecDeque::new(),
             ready: Vec::new(),
+            yields: Vec::new(),
+            outstanding: BTreeMap::new(),
             dispatch_started: false,
         }
+    }
+
+    /// Rebuilds the bridge of a parked cell in a host that does not hold
+    /// its running requests (see the module docs). `recorded` are
+    /// settlements the parking host stored after the checkpoint.
+    pub(crate) fn restore(
+        tools: Arc<CellTools>,
+        max_in_flight: usize,
+        restart_safe: bool,
+        state: BridgeState,
+        recorded: Vec<Value>,
+    ) -> Self {
+        let mut bridge = Self::new(tools, max_in_flight, restart_safe);
+        bridge.dispatch_started = state.dispatch_started;
+        bridge.ready = state.ready;
+        bridge.yields = state.yields;
+        let mut outstanding = state.outstanding;
+        for settlement in recorded {
+            if let Some(id) = settlement["id"].as_u64() {
+                if outstanding.remove(&id).is_some() {
+                    bridge.ready.push(settlement);
+                }
+            }
+        }
+        let now = unix_ms();
+        for (id, request) in outstanding {
+            if bridge.yields.contains(&id) {
+                bridge.outstanding.insert(id, request);
+                continue;
+            }
+            if request.started && !request.replay_safe {
+                bridge.ready.push(err(id, EFFECT_UNKNOWN, "tool_error"));
+                continue;
+            }
+            let args_json = match request.due_unix_ms {
+                Some(due) => format!("{{\"ms\":{}}}", due.saturating_sub(now)),
+                None => request.args_json.clone(),
+            };
+            bridge.queued.push_back(BridgeRequest {
+                id,
+                method: request.method.clone(),
+                args_json,
+                oversized_args: None,
+            });
+            bridge.outstanding.insert(id, request);
+        }
+        bridge.pump();
+        bridge
+    }
+
+    /// What the snapshot keeps of this bridge.
+    pub(crate) fn parked_state(&self) -> BridgeState {
+        BridgeState {
+            outstanding: self.outstanding.clone(),
+            ready: self.ready.clone(),
+            yields: self.yields.clone(),
+            dispatch_started: self.dispatch_started,
+        }
+    }
+
+    /// Whether a `yield` request is held.
+    pub(crate) fn has_yield(&self) -> bool {
+        !self.yields.is_empty()
+    }
+
+    /// Settles every held `yield` with `undefined`.
+    pub(crate) fn release_yields(&mut self) {
+        for id in std::mem::take(&mut self.yields) {
+            self.outstanding.remove(&id);
+            self.ready.push(ok(id, Value::Null));
+        }
+    }
+
+    /// Whether every unsettled request is a `yield`.
+    pub(crate) fn only_yields(&self) -> bool {
+        self.outstanding.len() == self.yields.len()
+    }
+
+    /// Unsettled requests as `(id, method)`, in id order.
+    pub(crate) fn pending_calls(&self) -> Vec<(u64, String)> {
+        self.outstanding
+            .iter()
+            .map(|(id, r)| (*id, r.method.clone()))
+            .collect()
+    }
+
+    /// Whether tool calls (not timers or yields) are queued or running.
+    pub(crate) fn has_tool_work(&self) -> bool {
+        self.outstanding
+            .values()
+            .any(|r| r.method != "sleep" && r.method != "yield")
     }
 
     /// Accepts a batch of new requests. Fails with the contract's queue
@@ -107,16 +266,39 @@ impl Bridge {
         if batch.is_empty() {
             return Ok(());
         }
-        let outstanding = self.in_flight.len() + self.queued.len() + batch.len();
+        self.check_capacity(batch.len())?;
+        self.dispatch_started = true;
+        for request in batch {
+            if request.method == "yield" {
+                self.yields.push(request.id);
+            } else {
+                self.queued.push_back(request.clone());
+            }
+            self.outstanding.insert(
+                request.id,
+                Outstanding {
+                    method: request.method,
+                    args_json: request.args_json,
+                    started: false,
+                    replay_safe: false,
+                    due_unix_ms: None,
+                },
+            );
+        }
+        self.pump();
+        Ok(())
+    }
+
+    /// Fails with the contract's queue message when `new` more requests
+    /// would overflow the queue.
+    pub(crate) fn check_capacity(&self, new: usize) -> Result<(), String> {
+        let outstanding = self.in_flight.len() + self.queued.len() + new;
         if outstanding > self.max_in_flight + MAX_QUEUED_REQUESTS {
             return Err(format!(
                 "code mode bridge queue limit exceeded ({MAX_QUEUED_REQUESTS} ordinary requests queued; {} in-flight slots). Await smaller batches before creating more tool calls or timers.",
                 self.max_in_flight
             ));
         }
-        self.dispatch_started = true;
-        self.queued.extend(batch);
-        self.pump();
         Ok(())
     }
 
@@ -127,6 +309,7 @@ impl Bridge {
                 token.cancel();
             } else if let Some(pos) = self.queued.iter().position(|r| r.id == id) {
                 self.queued.remove(pos);
+                self.outstanding.remove(&id);
                 self.ready.push(ok(id, Value::Null));
             }
         }
@@ -134,7 +317,15 @@ impl Bridge {
 
     /// Whether any request is still outstanding.
     pub(crate) fn has_work(&self) -> bool {
-        !self.in_flight.is_empty() || !self.queued.is_empty() || !self.ready.is_empty()
+        !self.in_flight.is_empty()
+            || !self.queued.is_empty()
+            || !self.ready.is_empty()
+            || !self.yields.is_empty()
+    }
+
+    /// Settlements ready for the guest, taken.
+    pub(crate) fn take_ready(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.ready)
     }
 
     fn pump(&mut self) {
@@ -148,6 +339,21 @@ impl Bridge {
 
     fn start(&mut self, request: BridgeRequest) {
         let id = request.id;
+        let ready_before = self.ready.len();
+        let replay_safe = self.start_request(request);
+        if self.ready.len() > ready_before {
+            // Settled at once (search, describe, a rejected call).
+            self.outstanding.remove(&id);
+        } else if let Some(o) = self.outstanding.get_mut(&id) {
+            o.started = true;
+            o.replay_safe = replay_safe;
+        }
+    }
+
+    /// Starts one request; returns whether it is replay-safe. A request
+    /// that settles at once pushes its settlement to `ready`.
+    fn start_request(&mut self, request: BridgeRequest) -> bool {
+        let id = request.id;
         if let Some(size) = request.oversized_args {
             self.ready.push(err(
                 id,
@@ -157,7 +363,7 @@ impl Bridge {
                 ),
                 "invalid_input",
             ));
-            return;
+            return true;
         }
         let args: Value = match serde_json::from_str(&request.args_json) {
             Ok(v) => v,
@@ -167,7 +373,7 @@ impl Bridge {
                     format!("malformed bridge request: {e}"),
                     "invalid_input",
                 ));
-                return;
+                return true;
             }
         };
         let tools = &self.tools;
@@ -178,6 +384,7 @@ impl Bridge {
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
                 self.ready
                     .push(ok(id, serde_json::to_value(metas).unwrap_or(Value::Null)));
+                true
             }
             "describe" => {
                 let callable = args["callable"].as_str().unwrap_or("");
@@ -187,8 +394,8 @@ impl Bridge {
                         Err(e) => catalog_err(id, e),
                     },
                 );
+                true
             }
-            "yield" => self.ready.push(ok(id, Value::Null)),
             "sleep" => {
                 let ms = match args["ms"].as_f64() {
                     Some(ms) if ms.is_finite() && ms >= 0.0 => (ms as u64).min(MAX_SLEEP_MS),
@@ -198,9 +405,12 @@ impl Bridge {
                             "setTimeout delay must be a non-negative finite number.",
                             "invalid_input",
                         ));
-                        return;
+                        return true;
                     }
                 };
+                if let Some(o) = self.outstanding.get_mut(&id) {
+                    o.due_unix_ms = Some(unix_ms().saturating_add(ms));
+                }
                 let token = CancellationToken::new();
                 self.tokens.insert(id, token.clone());
                 self.in_flight.spawn(async move {
@@ -210,6 +420,7 @@ impl Bridge {
                     }
                     ok(id, Value::Null)
                 });
+                true
             }
             "callValue" => {
                 let callable = args["callable"].as_str().unwrap_or("");
@@ -222,7 +433,7 @@ impl Bridge {
                         Ok(p) => p,
                         Err(e) => {
                             self.ready.push(catalog_err(id, e));
-                            return;
+                            return true;
                         }
                     };
                 let Some(tool) = tools.tools.get(&prepared.tool_name).cloned() else {
@@ -231,8 +442,14 @@ impl Bridge {
                         format!("Unknown catalog function: {callable}."),
                         "invalid_input",
                     ));
-                    return;
+                    return true;
                 };
+                let replay_safe = tool.replay_safe();
+                if self.restart_safe && !replay_safe {
+                    self.ready
+                        .push(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
+                    return true;
+                }
                 let token = CancellationToken::new();
                 self.tokens.insert(id, token.clone());
                 let catalog = tools.catalog.clone();
@@ -264,28 +481,38 @@ impl Bridge {
                         ),
                     }
                 });
+                replay_safe
             }
-            other => self.ready.push(err(
-                id,
-                format!("unknown bridge method `{other}`"),
-                "invalid_input",
-            )),
+            other => {
+                self.ready.push(err(
+                    id,
+                    format!("unknown bridge method `{other}`"),
+                    "invalid_input",
+                ));
+                true
+            }
         }
     }
 
     /// Waits for the next settlements: everything already settled, or the
     /// first request to settle, whichever comes first. `None` when the
     /// deadline passes first.
-    pub(crate) async fn next_batch(&mut self, deadline: Instant) -> Option<Vec<Value>> {
-        if self.ready.is_empty() {
-            let deadline = tokio::time::Instant::from_std(deadline);
+    /// Without a deadline it waits as long as requests run.
+    pub(crate) async fn next_batch(&mut self, deadline: Option<Instant>) -> Option<Vec<Value>> {
+        if self.ready.is_empty() && !self.in_flight.is_empty() {
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 joined = self.in_flight.join_next() => {
                     if let Some(result) = joined {
                         self.settled(result);
                     }
                 }
-                _ = tokio::time::sleep_until(deadline) => return None,
+                _ = sleep => return None,
             }
         }
         while let Some(result) = self.in_flight.try_join_next() {
@@ -295,11 +522,23 @@ impl Bridge {
         Some(std::mem::take(&mut self.ready))
     }
 
+    /// Waits until a running request settles; returns the settlements that
+    /// became ready meanwhile (they also stay ready for the guest). `None`
+    /// when nothing runs.
+    pub(crate) async fn next_settlements(&mut self) -> Option<Vec<Value>> {
+        let before = self.ready.len();
+        let joined = self.in_flight.join_next().await?;
+        self.settled(joined);
+        self.pump();
+        Some(self.ready[before..].to_vec())
+    }
+
     fn settled(&mut self, result: Result<Value, tokio::task::JoinError>) {
         match result {
             Ok(settlement) => {
                 if let Some(id) = settlement["id"].as_u64() {
                     self.tokens.remove(&id);
+                    self.outstanding.remove(&id);
                 }
                 self.ready.push(settlement);
             }

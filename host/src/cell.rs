@@ -18,21 +18,28 @@
 //! (`require`, `module`, `process`) fails with `invalid_input` and the
 //! module-access message, in phase `guest` (the guest had started).
 
-use crate::abi::{CellState, DeadlineExceeded, GuestExports};
-use crate::bridge::{Bridge, CellTools};
+use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
+use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
 use crate::engine::SharedEngine;
-use crate::input::ExecInput;
+use crate::input::{ExecInput, WaitInput};
 use crate::output;
-use crate::result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, Telemetry};
+use crate::result::{
+    CellResult, Completed, ErrorCode, Failed, FailurePhase, PendingToolCall, Telemetry, WaitReason,
+    Waiting,
+};
+use crate::runs::{RunRegistry, SlotGuard};
+use crate::snapshot::{self, SnapshotError};
 use crate::source;
-use serde::Deserialize;
+use crate::state::{ClaimRefused, Owner, ParkedRun};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline};
+use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline, Val};
 
 /// Message of a cell whose promise can never settle.
 pub(crate) const PENDING_WITHOUT_HOST_WORK: &str = "code mode promise is pending without host work";
@@ -61,120 +68,636 @@ enum Ending {
     },
 }
 
-/// Runs a new cell to its end (this foundation has no suspension yet: a
-/// cell either completes or fails within its call).
-pub(crate) async fn exec(
-    shared: &SharedEngine,
-    limits: &Limits,
-    tools: &Arc<CellTools>,
-    telemetry: impl Fn() -> Telemetry,
-    input: &ExecInput,
-) -> CellResult {
-    if let Err(message) = input.validate() {
-        return input_failure(message, telemetry());
-    }
-    if let Err(rejection) = source::validate_source(&input.code) {
-        return input_failure(rejection.message(), telemetry());
-    }
+/// What a cell call needs from its runtime.
+pub(crate) struct CellEnv<'a> {
+    pub shared: &'a SharedEngine,
+    pub limits: &'a Limits,
+    pub tools: &'a Arc<CellTools>,
+    pub runs: &'a Arc<RunRegistry>,
+    pub telemetry: &'a (dyn Fn() -> Telemetry + Sync),
+}
 
-    let deadline = Instant::now() + Duration::from_millis(limits.timeout_ms);
-    let memory_cap = limits.linear_memory_cap(shared.initial_memory_bytes);
-    let state = CellState::new(
-        memory_cap,
-        OutputBuffer::new(limits.max_output_bytes as usize),
-    );
-    let mut store = Store::new(&shared.engine, state);
+/// The host's per-cell state that a snapshot carries (the guest's state is
+/// its linear memory).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HostState {
+    run_id: String,
+    agent_run: String,
+    session: String,
+    generation: u64,
+    last_request_id: u64,
+    delivered_output_bytes: usize,
+    max_output_bytes: usize,
+    restart_safe: bool,
+    /// The guest's monotonic clock at the checkpoint, in nanoseconds.
+    guest_clock_ns: u64,
+    parked_unix_ms: u64,
+    bridge: BridgeState,
+}
+
+/// A cell with a live instance, during one call.
+struct LiveCell {
+    store: Store<CellState>,
+    exports: GuestExports,
+    bridge: Bridge,
+    run_id: Option<String>,
+    owner: Owner,
+    generation: u64,
+    delivered: usize,
+    max_output: usize,
+    restart_safe: bool,
+    await_results: bool,
+    slot: Option<SlotGuard>,
+    fuel_start: u64,
+    /// The call's deadline, in [`process_nanos`]; moved later while an
+    /// `awaitResults` cell waits on tools.
+    deadline: Arc<AtomicU64>,
+}
+
+/// Margin before the deadline at which a cell waiting on host work parks
+/// (contract §6: 250 ms, or half the budget when that is smaller).
+fn resume_margin(timeout_ms: u64) -> Duration {
+    Duration::from_millis(250.min((timeout_ms / 2).max(1)))
+}
+
+fn new_run_id() -> String {
+    format!("cm_{}", uuid::Uuid::new_v4())
+}
+
+/// A fresh instance in its own store, with fuel and the epoch deadline.
+async fn instantiate(
+    env: &CellEnv<'_>,
+    output_cap: usize,
+    clock_offset_ns: u64,
+    deadline: &Arc<AtomicU64>,
+) -> Result<(Store<CellState>, GuestExports, u64), CellResult> {
+    let memory_cap = env
+        .limits
+        .linear_memory_cap(env.shared.initial_memory_bytes);
+    let state =
+        CellState::with_clock_offset(memory_cap, OutputBuffer::new(output_cap), clock_offset_ns);
+    let mut store = Store::new(&env.shared.engine, state);
     store.limiter(|s| s as &mut dyn ResourceLimiter);
-    let fuel = match limits.fuel {
+    let fuel = match env.limits.fuel {
         Fuel::Limited(n) => n,
         Fuel::Unlimited => u64::MAX,
     };
     if let Err(e) = store.set_fuel(fuel) {
-        return host_failure(format!("cannot set fuel: {e}"), telemetry());
+        return Err(host_failure(
+            format!("cannot set fuel: {e}"),
+            (env.telemetry)(),
+        ));
     }
     store.set_epoch_deadline(1);
+    let deadline = deadline.clone();
     store.epoch_deadline_callback(move |_| {
-        if Instant::now() >= deadline {
+        if process_nanos() >= deadline.load(Ordering::Relaxed) {
             Err(wasmtime::Error::new(DeadlineExceeded))
         } else {
             Ok(UpdateDeadline::Yield(1))
         }
     });
-
-    let instance = match shared.instance_pre.instantiate_async(&mut store).await {
+    let instance = match env.shared.instance_pre.instantiate_async(&mut store).await {
         Ok(i) => i,
-        Err(e) => return unavailable(format!("cannot instantiate the guest: {e}"), telemetry()),
+        Err(e) => {
+            return Err(unavailable(
+                format!("cannot instantiate the guest: {e}"),
+                (env.telemetry)(),
+            ))
+        }
     };
-    let exports = match GuestExports::new(&mut store, &instance) {
+    match GuestExports::new(&mut store, &instance) {
+        Ok(x) => Ok((store, x, fuel)),
+        Err(e) => Err(unavailable(format!("{e}"), (env.telemetry)())),
+    }
+}
+
+fn deadline_after(timeout_ms: u64) -> Arc<AtomicU64> {
+    Arc::new(AtomicU64::new(
+        process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000)),
+    ))
+}
+
+/// Runs a new cell (`exec`) until it completes, fails or parks.
+pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
+    if let Err(message) = input.validate() {
+        return input_failure(message, (env.telemetry)());
+    }
+    if let Err(rejection) = source::validate_source(&input.code) {
+        return input_failure(rejection.message(), (env.telemetry)());
+    }
+    let deadline = deadline_after(env.limits.timeout_ms);
+    let max_output = env.limits.max_output_bytes as usize;
+    let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, &deadline).await {
         Ok(x) => x,
-        Err(e) => return unavailable(format!("{e}"), telemetry()),
+        Err(failure) => return failure,
     };
     let options = serde_json::json!({
-        "memoryLimitBytes": limits.memory_limit_bytes,
+        "memoryLimitBytes": env.limits.memory_limit_bytes,
         // Fixed width, so parsing costs the same fuel for every seed.
         "randomSeed": format!("{:016x}", rand_seed()),
-        "toolNames": tools.callable_names,
-        "toolMetas": tools.metas_json,
+        "toolNames": env.tools.callable_names,
+        "toolMetas": env.tools.metas_json,
     })
     .to_string();
-    let mut bridge = Bridge::new(tools.clone(), limits.max_pending_tool_calls as usize);
-    let mut status = exports.start(&mut store, &input.code, &options).await;
-    let ending = loop {
-        let json = match status {
-            Ok(json) => json,
-            Err(err) => break ending_from_trap(err, store.data()),
-        };
-        let state = store.data_mut();
-        let cancels = std::mem::take(&mut state.cancels);
-        let requests = std::mem::take(&mut state.requests);
-        bridge.cancel(cancels);
-        if let Err(message) = bridge.accept(requests) {
-            break Ending::Failed {
-                code: ErrorCode::InvalidInput,
-                phase: FailurePhase::Bridge,
-                error: message,
-            };
-        }
-        // `None`: the cell's promise has not settled yet.
-        let ending = ending_from_status(&json);
-        if !bridge.has_work() {
-            break ending.unwrap_or_else(|| Ending::Failed {
-                code: ErrorCode::InternalError,
-                phase: FailurePhase::Guest,
-                error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
-            });
-        }
-        // Awaiting (result pending) or draining (value ready, detached
-        // requests outstanding): deliver the next settlements.
-        match bridge.next_batch(deadline).await {
-            Some(batch) => {
-                let results = Value::Array(batch).to_string();
-                status = exports.settle(&mut store, &results).await;
+    let status = exports.start(&mut store, &input.code, &options).await;
+    let cell = LiveCell {
+        store,
+        exports,
+        bridge: Bridge::new(
+            env.tools.clone(),
+            env.limits.max_pending_tool_calls as usize,
+            input.restart_safe,
+        ),
+        run_id: None,
+        owner: input.owner.clone(),
+        generation: 0,
+        delivered: 0,
+        max_output,
+        restart_safe: input.restart_safe,
+        await_results: input.await_results,
+        slot: None,
+        fuel_start,
+        deadline,
+    };
+    cell.drive(env, status).await
+}
+
+/// The contract's message for a refused `wait`.
+fn refusal_message(refused: ClaimRefused) -> &'static str {
+    match refused {
+        ClaimRefused::Unavailable => "code mode run is unavailable or expired.",
+        ClaimRefused::OtherAgentRun => "code mode run belongs to a different agent run.",
+        ClaimRefused::OtherSession => "code mode run belongs to a different session.",
+        ClaimRefused::Busy => "code mode run is already being resumed.",
+    }
+}
+
+/// Resumes a parked cell (`wait`).
+pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
+    if let Err(message) = input.validate() {
+        return input_failure(message, (env.telemetry)());
+    }
+    let run_id = input.run_id.trim();
+    let live = env.runs.take_live(run_id).await;
+    let now = unix_ms();
+    // A claim outlives this call's deadline by the hard-stop grace, so a
+    // `wait` that is still running is never mistaken for an abandoned one.
+    let claim_until = now + env.limits.timeout_ms + CLAIM_GRACE_MS;
+    let claimed = match env.runs.store.claim(run_id, &input.owner, now, claim_until) {
+        Ok(Ok(claimed)) => claimed,
+        Ok(Err(refused)) => {
+            if let (Some(bridge), false) = (live, refused == ClaimRefused::Unavailable) {
+                env.runs.put_back(run_id, bridge);
             }
-            // Deadline: a settled cell keeps its result (detached requests
-            // still running are cancelled); a pending one times out.
-            None => {
-                break ending.unwrap_or_else(|| Ending::Failed {
-                    code: ErrorCode::Timeout,
-                    phase: FailurePhase::Guest,
-                    error: crate::Error::Timeout.to_string(),
-                })
+            return input_failure(refusal_message(refused).to_string(), (env.telemetry)());
+        }
+        Err(e) => {
+            if let Some(bridge) = live {
+                env.runs.put_back(run_id, bridge);
             }
+            return host_failure(
+                format!("InternalError: cannot read the state store: {e:#}"),
+                (env.telemetry)(),
+            );
         }
     };
-    let mut telemetry = telemetry();
-    telemetry.fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
-    let output = std::mem::take(&mut store.data_mut().output);
-    let dispatch_started = bridge.dispatch_started;
-    drop(bridge);
-    drop(store);
-    finish(
-        ending,
-        output,
-        limits.max_output_bytes as usize,
-        dispatch_started,
-        telemetry,
-    )
+    match restore(env, run_id, claimed, live).await {
+        Ok((cell, status)) => cell.drive(env, status).await,
+        Err(failure) => {
+            // A runtime that cannot start leaves the run parked for a later
+            // `wait`; an unusable snapshot is removed.
+            let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
+            let cleanup = if unavailable {
+                env.runs.store.unclaim(run_id)
+            } else {
+                env.runs.store.remove(run_id)
+            };
+            if let Err(e) = cleanup {
+                tracing::warn!(run_id, error = %e, "cannot release a run that failed to restore");
+            }
+            failure
+        }
+    }
+}
+
+/// How long past a `wait`'s deadline its claim on the run lasts, in
+/// milliseconds (the contract's 2,000 ms hard-stop grace).
+const CLAIM_GRACE_MS: u64 = 2_000;
+
+/// Restores a claimed run into a fresh instance and delivers what settled
+/// while it was parked. Returns the cell and the guest's status.
+async fn restore(
+    env: &CellEnv<'_>,
+    run_id: &str,
+    claimed: crate::state::Claimed,
+    live: Option<Bridge>,
+) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
+    let unusable = |e: String| {
+        CellResult::Failed(Failed {
+            error: format!("InternalError: code mode snapshot is unusable: {e}"),
+            code: ErrorCode::InternalError,
+            output: Vec::new(),
+            telemetry: (env.telemetry)(),
+            failure_phase: FailurePhase::Host,
+            bridge_dispatch_started: true,
+            replay_safe: None,
+        })
+    };
+    let snapshot = snapshot::decode(&claimed.snapshot).map_err(|e| unusable(e.to_string()))?;
+    let host: HostState = serde_json::from_slice(&snapshot.host_state)
+        .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
+    if host.run_id != run_id {
+        return Err(unusable(format!(
+            "it belongs to run {}, not {run_id}",
+            host.run_id
+        )));
+    }
+    // The guest's clock continues from its reading at the checkpoint plus
+    // the wall time spent parked.
+    let parked_ns = unix_ms().saturating_sub(host.parked_unix_ms) * 1_000_000;
+    let target = host.guest_clock_ns.saturating_add(parked_ns);
+    let clock_offset = target.saturating_sub(process_nanos());
+    let deadline = deadline_after(env.limits.timeout_ms);
+    let output_cap = host
+        .max_output_bytes
+        .saturating_sub(host.delivered_output_bytes);
+    let (mut store, exports, fuel_start) =
+        instantiate(env, output_cap, clock_offset, &deadline).await?;
+    let memory = exports.memory;
+    let current = memory.data_size(&store);
+    if snapshot.memory_bytes < current {
+        return Err(unusable(format!(
+            "its memory ({} bytes) is smaller than the guest's image",
+            snapshot.memory_bytes
+        )));
+    }
+    let grow_pages = ((snapshot.memory_bytes - current) / 65536) as u64;
+    if grow_pages > 0 && memory.grow(&mut store, grow_pages).is_err() {
+        return Err(CellResult::Failed(Failed {
+            error: crate::Error::MemoryLimitExceeded.to_string(),
+            code: ErrorCode::MemoryLimitExceeded,
+            output: Vec::new(),
+            telemetry: (env.telemetry)(),
+            failure_phase: FailurePhase::Host,
+            bridge_dispatch_started: true,
+            replay_safe: None,
+        }));
+    }
+    snapshot.apply(memory.data_mut(&mut store));
+    let sp = Val::I32(snapshot.stack_pointer as i32);
+    if let Err(e) = exports.stack_pointer.set(&mut store, sp) {
+        return Err(unusable(format!("cannot set the stack pointer: {e}")));
+    }
+    store.data_mut().last_request_id = host.last_request_id;
+    // Restoring consumes no fuel: the reseed runs before the allowance is
+    // set again.
+    if let Err(e) = exports.resume(&mut store, rand_seed()).await {
+        return Err(unusable(format!("the guest could not resume: {e}")));
+    }
+    let _ = store.set_fuel(fuel_start);
+    let mut bridge = match live {
+        Some(bridge) => bridge,
+        None => {
+            let recorded = claimed
+                .settlements
+                .iter()
+                .filter_map(|s| serde_json::from_str(s).ok())
+                .collect();
+            Bridge::restore(
+                env.tools.clone(),
+                env.limits.max_pending_tool_calls as usize,
+                host.restart_safe,
+                host.bridge,
+                recorded,
+            )
+        }
+    };
+    bridge.release_yields();
+    let batch = bridge.take_ready();
+    let status = if batch.is_empty() {
+        exports.status(&mut store).await
+    } else {
+        exports
+            .settle(&mut store, &Value::Array(batch).to_string())
+            .await
+    };
+    let cell = LiveCell {
+        store,
+        exports,
+        bridge,
+        run_id: Some(run_id.to_string()),
+        owner: Owner {
+            agent_run: host.agent_run,
+            session: host.session,
+        },
+        generation: claimed.generation,
+        delivered: host.delivered_output_bytes,
+        max_output: host.max_output_bytes,
+        restart_safe: host.restart_safe,
+        // `wait` of a parked cell returns when the cell parks again.
+        await_results: false,
+        slot: None,
+        fuel_start,
+        deadline,
+    };
+    Ok((cell, status))
+}
+
+impl LiveCell {
+    fn telemetry(&self, env: &CellEnv<'_>) -> Telemetry {
+        let mut telemetry = (env.telemetry)();
+        telemetry.fuel_used = self
+            .fuel_start
+            .saturating_sub(self.store.get_fuel().unwrap_or(0));
+        telemetry
+    }
+
+    fn replay_safe(&self) -> Option<bool> {
+        self.restart_safe.then_some(true)
+    }
+
+    fn park_at(&self, env: &CellEnv<'_>) -> Instant {
+        let left_ns = self
+            .deadline
+            .load(Ordering::Relaxed)
+            .saturating_sub(process_nanos());
+        let margin = resume_margin(env.limits.timeout_ms);
+        Instant::now() + Duration::from_nanos(left_ns).saturating_sub(margin)
+    }
+
+    /// The boundary loop (contract §9.2): dispatch the guest's requests,
+    /// deliver settlements, run the guest again; end, or park.
+    async fn drive(mut self, env: &CellEnv<'_>, first: wasmtime::Result<String>) -> CellResult {
+        let mut status = first;
+        loop {
+            let json = match status {
+                Ok(json) => json,
+                Err(err) => {
+                    let ending = ending_from_trap(err, self.store.data());
+                    return self.end(env, ending);
+                }
+            };
+            let state = self.store.data_mut();
+            let cancels = std::mem::take(&mut state.cancels);
+            let requests = std::mem::take(&mut state.requests);
+            self.bridge.cancel(cancels);
+            if !requests.is_empty() && self.run_id.is_none() && self.slot.is_none() {
+                if let Err(message) = self.bridge.check_capacity(requests.len()) {
+                    return self.end(env, bridge_failure(message));
+                }
+                match env.runs.take_slot() {
+                    Ok(Some(slot)) => self.slot = Some(slot),
+                    Ok(None) => {
+                        return self.end(
+                            env,
+                            bridge_failure("too many suspended code mode runs.".into()),
+                        )
+                    }
+                    Err(e) => {
+                        return self.end(
+                            env,
+                            Ending::Failed {
+                                code: ErrorCode::InternalError,
+                                phase: FailurePhase::Host,
+                                error: format!("InternalError: cannot read the state store: {e:#}"),
+                            },
+                        )
+                    }
+                }
+            }
+            if let Err(message) = self.bridge.accept(requests) {
+                return self.end(env, bridge_failure(message));
+            }
+            // `None`: the cell's promise has not settled yet.
+            match ending_from_status(&json) {
+                Some(ending @ Ending::Failed { .. }) => return self.end(env, ending),
+                Some(ending) if !self.bridge.has_work() => return self.end(env, ending),
+                None if !self.bridge.has_work() => {
+                    let ending = Ending::Failed {
+                        code: ErrorCode::InternalError,
+                        phase: FailurePhase::Guest,
+                        error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+                    };
+                    return self.end(env, ending);
+                }
+                // Awaiting (result pending) or draining (value ready,
+                // detached requests outstanding).
+                _ => {}
+            }
+            if self.bridge.has_yield() {
+                if self.await_results {
+                    // A required cell cannot hand control back to the
+                    // model: its yields resolve at once.
+                    self.bridge.release_yields();
+                } else {
+                    return self.park(env).await;
+                }
+            }
+            let batch = if self.await_results {
+                // Waiting on tools pauses the clock of a required cell.
+                let waiting_since = process_nanos();
+                let batch = self.bridge.next_batch(None).await;
+                let waited = process_nanos().saturating_sub(waiting_since);
+                self.deadline.fetch_add(waited, Ordering::Relaxed);
+                batch
+            } else if Instant::now() >= self.park_at(env) {
+                None
+            } else {
+                self.bridge.next_batch(Some(self.park_at(env))).await
+            };
+            match batch {
+                Some(batch) if batch.is_empty() => status = Ok(json),
+                Some(batch) => {
+                    let results = Value::Array(batch).to_string();
+                    status = self.exports.settle(&mut self.store, &results).await;
+                }
+                None => return self.park(env).await,
+            }
+        }
+    }
+
+    /// Ends the cell: fits the result into the remaining output budget and
+    /// forgets the run.
+    fn end(mut self, env: &CellEnv<'_>, ending: Ending) -> CellResult {
+        let telemetry = self.telemetry(env);
+        let output = std::mem::take(&mut self.store.data_mut().output);
+        let dispatch_started = self.bridge.dispatch_started;
+        if let Some(run_id) = &self.run_id {
+            if let Err(e) = env.runs.store.remove(run_id) {
+                tracing::warn!(run_id, error = %e, "cannot remove a finished run");
+            }
+        }
+        let replay_safe = self.replay_safe();
+        let budget = self.max_output.saturating_sub(self.delivered);
+        drop(self);
+        let mut result = finish(ending, output, budget, dispatch_started, telemetry);
+        match &mut result {
+            CellResult::Completed(c) => c.replay_safe = replay_safe,
+            CellResult::Failed(f) => f.replay_safe = replay_safe,
+            CellResult::Waiting(w) => w.replay_safe = replay_safe,
+        }
+        result
+    }
+
+    /// Checkpoints the cell and parks it (contract §9.3).
+    async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+        // Collect garbage so the snapshot holds live data; it costs the
+        // cell no fuel.
+        let fuel = self.store.get_fuel().unwrap_or(0);
+        if let Err(err) = self.exports.checkpoint(&mut self.store).await {
+            let ending = ending_from_trap(err, self.store.data());
+            return self.end(env, ending);
+        }
+        let _ = self.store.set_fuel(fuel);
+        let telemetry = self.telemetry(env);
+        let run_id = self.run_id.clone().unwrap_or_else(new_run_id);
+        let output = std::mem::take(&mut self.store.data_mut().output);
+        let budget = self.max_output.saturating_sub(self.delivered);
+        let fitted = match output::fit_to_budget(budget, output.to_values(), None, None) {
+            Ok(f) => f,
+            Err(e) => {
+                return self.end(
+                    env,
+                    Ending::Failed {
+                        code: ErrorCode::OutputLimitExceeded,
+                        phase: FailurePhase::Host,
+                        error: format!("code mode output limit exceeded: {e}"),
+                    },
+                )
+            }
+        };
+        let mut delivered_output = fitted.output;
+        let shortfall = output.stand_in_shortfall();
+        if shortfall > 0 && fitted.output_truncated {
+            if let Some(marker) = delivered_output.last_mut().and_then(|e| e.get_mut("value")) {
+                count_dropped_output(marker, shortfall);
+            }
+        }
+        let parked_unix_ms = unix_ms();
+        let host = HostState {
+            run_id: run_id.clone(),
+            agent_run: self.owner.agent_run.clone(),
+            session: self.owner.session.clone(),
+            generation: self.generation + 1,
+            last_request_id: self.store.data().last_request_id,
+            delivered_output_bytes: self.delivered + fitted.used_bytes,
+            max_output_bytes: self.max_output,
+            restart_safe: self.restart_safe,
+            guest_clock_ns: self
+                .store
+                .data()
+                .clock_offset_ns
+                .saturating_add(process_nanos()),
+            parked_unix_ms,
+            bridge: self.bridge.parked_state(),
+        };
+        let host_json = serde_json::to_vec(&host).expect("host state serializes");
+        let stack_pointer = self
+            .exports
+            .stack_pointer
+            .get(&mut self.store)
+            .i32()
+            .unwrap_or(0) as u32;
+        let memory = self.exports.memory.data(&self.store);
+        let encoded = snapshot::encode(
+            memory,
+            &env.shared.memory_image,
+            stack_pointer,
+            &host_json,
+            env.limits.max_snapshot_bytes as usize,
+        );
+        let bytes = match encoded {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::info!(run_id, error = %e, "checkpoint refused");
+                let (code, error) = match e {
+                    SnapshotError::TooLarge { .. } => (
+                        ErrorCode::SnapshotLimitExceeded,
+                        crate::Error::SnapshotLimitExceeded.to_string(),
+                    ),
+                    other => (
+                        ErrorCode::InternalError,
+                        format!("InternalError: checkpoint failed: {other}"),
+                    ),
+                };
+                // The output that would have been delivered is kept.
+                self.store.data_mut().output = output;
+                return self.end(
+                    env,
+                    Ending::Failed {
+                        code,
+                        phase: FailurePhase::Host,
+                        error,
+                    },
+                );
+            }
+        };
+        let ttl_ms = env.limits.snapshot_ttl_seconds.saturating_mul(1000);
+        let expires_at_ms = parked_unix_ms.saturating_add(ttl_ms);
+        let parked = ParkedRun {
+            run_id: run_id.clone(),
+            owner: self.owner.clone(),
+            generation: host.generation,
+            expires_at_ms,
+            snapshot: bytes,
+        };
+        if let Err(e) = env.runs.store.park(&parked) {
+            self.store.data_mut().output = output;
+            self.run_id = Some(run_id);
+            return self.end(
+                env,
+                Ending::Failed {
+                    code: ErrorCode::InternalError,
+                    phase: FailurePhase::Host,
+                    error: format!("InternalError: cannot store the parked run: {e:#}"),
+                },
+            );
+        }
+        let reason = if self.bridge.only_yields() {
+            WaitReason::Yield
+        } else {
+            WaitReason::PendingTools
+        };
+        let pending_tool_calls = self
+            .bridge
+            .pending_calls()
+            .into_iter()
+            .map(|(id, method)| PendingToolCall {
+                id: format!("bridge:{method}:{id}"),
+                method,
+            })
+            .collect();
+        let replay_safe = self.replay_safe();
+        let LiveCell {
+            bridge,
+            store,
+            slot,
+            ..
+        } = self;
+        drop(store);
+        env.runs
+            .keep_live(&run_id, host.generation, expires_at_ms, bridge);
+        // The stored run holds the slot from now on.
+        drop(slot);
+        CellResult::Waiting(Waiting {
+            run_id,
+            reason,
+            pending_tool_calls,
+            output: delivered_output,
+            telemetry,
+            replay_safe,
+        })
+    }
+}
+
+fn bridge_failure(error: String) -> Ending {
+    Ending::Failed {
+        code: ErrorCode::InvalidInput,
+        phase: FailurePhase::Bridge,
+        error,
+    }
 }
 
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {

@@ -59,6 +59,9 @@ pub(crate) struct SharedEngine {
     pub instance_pre: InstancePre<CellState>,
     /// Size of the pre-initialized linear memory, in bytes.
     pub initial_memory_bytes: usize,
+    /// The pre-initialized linear memory: snapshots hold only the pages
+    /// that differ from it.
+    pub memory_image: Vec<u8>,
     /// Whether the module was loaded from the on-disk cache.
     pub from_cache: bool,
     stop_ticker: Arc<AtomicBool>,
@@ -140,14 +143,31 @@ impl SharedEngine {
         let instance_pre = linker
             .instantiate_pre(&module)
             .map_err(|e| anyhow!("cannot link the guest module: {e}"))?;
+        let memory_image = read_memory_image(&engine, &instance_pre).await?;
         Ok(Self {
             engine,
             instance_pre,
             initial_memory_bytes,
+            memory_image,
             from_cache,
             stop_ticker,
         })
     }
+}
+
+/// Instantiates the module once and copies its initial linear memory.
+async fn read_memory_image(engine: &Engine, pre: &InstancePre<CellState>) -> Result<Vec<u8>> {
+    let mut store = Store::new(engine, CellState::for_preinit());
+    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
+    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
+    let instance = pre
+        .instantiate_async(&mut store)
+        .await
+        .map_err(|e| anyhow!("cannot instantiate the guest: {e}"))?;
+    let memory = instance
+        .get_memory(&mut store, "memory")
+        .ok_or_else(|| anyhow!("the guest module exports no memory"))?;
+    Ok(memory.data(&store).to_vec())
 }
 
 fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> Result<()> {

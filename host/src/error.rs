@@ -37,6 +37,13 @@ pub enum Error {
     /// the contract's `error` string.
     #[error("{0}")]
     Internal(String),
+    /// The cell parked instead of finishing; resume it with `wait` on this
+    /// run id.
+    #[error("the cell is waiting; resume run {0} with wait")]
+    Waiting(String),
+    /// The state store (parked runs) cannot be opened or used.
+    #[error("state store: {0}")]
+    StateStore(String),
     /// A configuration file or value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

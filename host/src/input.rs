@@ -8,6 +8,7 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
+use crate::state::Owner;
 use serde_json::{Map, Value};
 
 /// Most characters (Unicode code points) a title may have.
@@ -24,6 +25,8 @@ pub struct ExecInput {
     pub restart_safe: bool,
     /// Keep the call open until results settle (contract §9.5).
     pub await_results: bool,
+    /// Who may `wait` the cell if it parks (default: the anonymous owner).
+    pub owner: Owner,
 }
 
 impl ExecInput {
@@ -34,7 +37,14 @@ impl ExecInput {
             code: code.into(),
             restart_safe: false,
             await_results: false,
+            owner: Owner::default(),
         }
+    }
+
+    /// Sets the owner that may `wait` the cell.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Validates raw `exec` arguments (a JSON object as a model or MCP
@@ -66,6 +76,7 @@ impl ExecInput {
             code: source,
             restart_safe,
             await_results,
+            owner: Owner::default(),
         };
         input.validate()?;
         Ok(input)
@@ -82,6 +93,54 @@ impl ExecInput {
         Ok(())
     }
 }
+
+/// A validated `wait` request (contract §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitInput {
+    /// The parked run, trimmed.
+    pub run_id: String,
+    /// Who is asking; must be the run's owner.
+    pub owner: Owner,
+}
+
+impl WaitInput {
+    /// A `wait` for `run_id` by the anonymous owner.
+    pub fn new(run_id: impl Into<String>) -> Self {
+        Self {
+            run_id: run_id.into().trim().to_string(),
+            owner: Owner::default(),
+        }
+    }
+
+    /// Sets the owner asking.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Validates raw `wait` arguments: `runId` (alias `run_id`), trimmed,
+    /// non-empty.
+    pub fn from_json(args: &Value) -> Result<Self, String> {
+        let id = args
+            .get("runId")
+            .or_else(|| args.get("run_id"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let input = Self::new(id);
+        input.validate()?;
+        Ok(input)
+    }
+
+    /// Checks that the run id is non-blank.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.run_id.trim().is_empty() {
+            return Err(RUN_ID_ERROR.into());
+        }
+        Ok(())
+    }
+}
+
+const RUN_ID_ERROR: &str = "runId must be a non-empty string.";
 
 const TITLE_ERROR: &str = "title must be a non-empty string of at most 120 characters.";
 

@@ -52,17 +52,25 @@ mod input;
 mod output;
 mod registry;
 mod result;
+mod runs;
 mod runtime;
+mod snapshot;
 mod source;
+mod state;
 pub mod tools;
 
 pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
 pub use engine::module_cache_dir;
 pub use error::Error;
-pub use input::{title_from_source, ExecInput, MAX_TITLE_CHARS};
+pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
-pub use result::{CellResult, Completed, ErrorCode, Failed, FailurePhase, Telemetry};
+pub use result::{
+    CellResult, Completed, ErrorCode, Failed, FailurePhase, PendingToolCall, Telemetry, WaitReason,
+    Waiting,
+};
+pub use runs::MAX_SUSPENDED_RUNS;
 pub use runtime::{Runtime, RuntimeBuilder};
+pub use state::{Owner, STATE_FILE};
 
 /// The tool catalog and Tool Search (the `quickcell-catalog` crate).
 pub use quickcell_catalog as catalog;

@@ -1,7 +1,7 @@
 //! The `quickcell` command-line interface.
 
 use clap::{Args, Parser, Subcommand};
-use quickcell::{CellResult, Config, ExecInput, Runtime, ToolRegistry};
+use quickcell::{CellResult, Config, ExecInput, Runtime, ToolRegistry, WaitInput};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,8 +17,18 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs one cell and prints the result as one line of compact JSON.
-    /// Exit status: 0 completed, 1 failed, 2 usage or configuration error.
+    /// Exit status: 0 completed, 1 failed, 2 usage or configuration error,
+    /// 3 waiting (resume it with `quickcell wait RUNID`). A process that
+    /// parks a cell exits once the tool calls it started have settled and
+    /// been recorded in the state store.
     Exec(ExecArgs),
+    /// Resumes a parked cell and prints the result like `exec` (same exit
+    /// statuses).
+    Wait(WaitArgs),
+    /// Runs a cell to its end, waiting as often as needed, and prints a
+    /// human-readable account (`--json`: every call's raw result, one JSON
+    /// line each). Exit status as `exec`, never 3.
+    Run(RunArgs),
     /// Searches the tool catalog and prints the ranked hits as JSON.
     Search(SearchArgs),
     /// Prints the directory of deferred tools (names and descriptions).
@@ -36,6 +46,40 @@ struct CatalogArgs {
 }
 
 #[derive(Args)]
+struct StateArgs {
+    /// Directory of the state store that keeps parked runs.
+    #[arg(long, value_name = "DIR", default_value = ".quickcell")]
+    state_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct WaitArgs {
+    /// The run id a `waiting` result gave (`cm_…`).
+    run_id: String,
+    #[command(flatten)]
+    catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The cell's source file, or `-` for standard input.
+    #[arg(value_name = "FILE | -")]
+    source: PathBuf,
+    /// The cell's title; derived from the source when omitted.
+    #[arg(long, value_name = "TEXT")]
+    title: Option<String>,
+    /// Print every call's raw result as one JSON line.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Args)]
 struct SearchArgs {
     /// What to look for, in words.
     query: String,
@@ -50,6 +94,8 @@ struct SearchArgs {
 struct ExecArgs {
     #[command(flatten)]
     catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
     /// The cell's title; derived from the source when omitted.
     #[arg(long, value_name = "TEXT")]
     title: Option<String>,
@@ -87,6 +133,8 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Exec(args) => runtime.block_on(exec(args)),
+        Command::Wait(args) => runtime.block_on(wait(args)),
+        Command::Run(args) => runtime.block_on(run(args)),
         Command::Search(args) => search(args),
         Command::Tools(args) => tools(args),
     }
@@ -133,24 +181,63 @@ fn tools(args: CatalogArgs) -> ExitCode {
     }
 }
 
+/// Builds the runtime for a command that runs cells.
+async fn build_runtime(catalog: &CatalogArgs, state: &StateArgs) -> Result<Runtime, ExitCode> {
+    let (config, registry) = load(catalog).map_err(usage_error)?;
+    Runtime::builder()
+        .limits(config.limits)
+        .tools(registry)
+        .state_dir(&state.state_dir)
+        .build()
+        .await
+        .map_err(|e| {
+            eprintln!("quickcell: {e}");
+            ExitCode::from(1)
+        })
+}
+
+fn exit_status(result: &CellResult) -> ExitCode {
+    match result {
+        CellResult::Completed(_) => ExitCode::SUCCESS,
+        CellResult::Failed(_) => ExitCode::from(1),
+        CellResult::Waiting(_) => ExitCode::from(3),
+    }
+}
+
+/// Prints a result; a parked cell's tool calls are settled before exit.
+async fn report(runtime: &Runtime, result: CellResult) -> ExitCode {
+    println!("{}", result.to_json());
+    if let CellResult::Waiting(_) = result {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        runtime.settle_parked_tool_calls().await;
+    }
+    exit_status(&result)
+}
+
+fn read_source(path: &std::path::Path) -> Result<String, ExitCode> {
+    if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| usage_error(format!("cannot read standard input: {e}")))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path)
+        .map_err(|e| usage_error(format!("cannot read {}: {e}", path.display())))
+}
+
 async fn exec(args: ExecArgs) -> ExitCode {
-    let (config, registry) = match load(&args.catalog) {
-        Ok(x) => x,
-        Err(e) => return usage_error(e),
-    };
     let source = match (&args.code, &args.file, &args.stdin) {
         (Some(code), _, _) => code.clone(),
-        (None, Some(path), _) => match std::fs::read_to_string(path) {
+        (None, Some(path), _) => match read_source(path) {
             Ok(s) => s,
-            Err(e) => return usage_error(format!("cannot read {}: {e}", path.display())),
+            Err(code) => return code,
         },
-        (None, None, Some(_)) => {
-            let mut s = String::new();
-            if let Err(e) = std::io::stdin().read_to_string(&mut s) {
-                return usage_error(format!("cannot read standard input: {e}"));
-            }
-            s
-        }
+        (None, None, Some(_)) => match read_source(std::path::Path::new("-")) {
+            Ok(s) => s,
+            Err(code) => return code,
+        },
         (None, None, None) => {
             return usage_error("give the cell's source with --code JS, --file PATH or - (stdin)")
         }
@@ -159,22 +246,64 @@ async fn exec(args: ExecArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match Runtime::builder()
-        .limits(config.limits)
-        .tools(registry)
-        .build()
-        .await
-    {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("quickcell: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let result = runtime.exec(ExecInput::new(title, source)).await;
-    println!("{}", result.to_json());
+    report(&runtime, result).await
+}
+
+async fn wait(args: WaitArgs) -> ExitCode {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let result = runtime.wait(WaitInput::new(args.run_id)).await;
+    report(&runtime, result).await
+}
+
+/// Prints one result for people: output entries, then the outcome.
+fn print_human(result: &CellResult) {
+    for entry in result.output() {
+        match entry["type"].as_str() {
+            Some("text") => println!("{}", entry["text"].as_str().unwrap_or_default()),
+            _ => println!("{}", entry["value"]),
+        }
+    }
     match result {
-        CellResult::Completed(_) => ExitCode::SUCCESS,
-        CellResult::Failed(_) => ExitCode::from(1),
+        CellResult::Completed(c) => println!("=> completed: {}", c.value),
+        CellResult::Waiting(w) => {
+            let pending: Vec<&str> = w.pending_tool_calls.iter().map(|p| p.id.as_str()).collect();
+            eprintln!("... waiting ({:?}) on {}", w.reason, pending.join(", "));
+        }
+        CellResult::Failed(f) => println!("=> failed ({:?}): {}", f.code, f.error),
+    }
+}
+
+async fn run(args: RunArgs) -> ExitCode {
+    let source = match read_source(&args.source) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let title = args
+        .title
+        .clone()
+        .unwrap_or_else(|| quickcell::title_from_source(&source));
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut result = runtime.exec(ExecInput::new(title, source)).await;
+    loop {
+        if args.json {
+            println!("{}", result.to_json());
+        } else {
+            print_human(&result);
+        }
+        let Some(run_id) = result.run_id() else {
+            return exit_status(&result);
+        };
+        result = runtime.wait(WaitInput::new(run_id)).await;
     }
 }

@@ -5,12 +5,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// The outcome of a call, serialized exactly as the contract's `Result`
-/// union (`{"status":"completed",...}` / `{"status":"failed",...}`).
+/// union (`{"status":"completed",...}` / `{"status":"waiting",...}` /
+/// `{"status":"failed",...}`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum CellResult {
     /// The cell finished and returned a value.
     Completed(Completed),
+    /// The cell is parked: resume it with `wait`.
+    Waiting(Waiting),
     /// The cell failed.
     Failed(Failed),
 }
@@ -33,6 +36,47 @@ pub struct Completed {
     /// `true` on results of `restartSafe` cells.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_safe: Option<bool>,
+}
+
+/// A parked cell: waiting on host work, or yielded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    /// The run to pass to `wait`: `cm_<uuid>`, kept across `wait`s.
+    pub run_id: String,
+    /// Why the cell parked.
+    pub reason: WaitReason,
+    /// Unsettled bridge requests.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_tool_calls: Vec<PendingToolCall>,
+    /// Output entries not delivered by an earlier result of the cell.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<Value>,
+    /// Counters of the call.
+    pub telemetry: Telemetry,
+    /// `true` on results of `restartSafe` cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay_safe: Option<bool>,
+}
+
+/// Why a cell parked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// Requests were still running when the call's budget ran out.
+    PendingTools,
+    /// Every unsettled request is a `yield_control`.
+    Yield,
+}
+
+/// An unsettled bridge request of a parked cell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingToolCall {
+    /// `bridge:<method>:<seq>`.
+    pub id: String,
+    /// The request's method (`callValue`, `search`, `describe`, `sleep`,
+    /// `yield`).
+    pub method: String,
 }
 
 /// A failed cell (or a rejected call).
@@ -113,10 +157,11 @@ pub struct Telemetry {
 }
 
 impl CellResult {
-    /// The status word: `"completed"` or `"failed"`.
+    /// The status word: `"completed"`, `"waiting"` or `"failed"`.
     pub fn status(&self) -> &'static str {
         match self {
             CellResult::Completed(_) => "completed",
+            CellResult::Waiting(_) => "waiting",
             CellResult::Failed(_) => "failed",
         }
     }
@@ -125,6 +170,7 @@ impl CellResult {
     pub fn telemetry(&self) -> &Telemetry {
         match self {
             CellResult::Completed(c) => &c.telemetry,
+            CellResult::Waiting(w) => &w.telemetry,
             CellResult::Failed(f) => &f.telemetry,
         }
     }
@@ -133,7 +179,16 @@ impl CellResult {
     pub fn output(&self) -> &[Value] {
         match self {
             CellResult::Completed(c) => &c.output,
+            CellResult::Waiting(w) => &w.output,
             CellResult::Failed(f) => &f.output,
+        }
+    }
+
+    /// The run id of a parked cell.
+    pub fn run_id(&self) -> Option<&str> {
+        match self {
+            CellResult::Waiting(w) => Some(&w.run_id),
+            _ => None,
         }
     }
 
@@ -142,10 +197,12 @@ impl CellResult {
         serde_json::to_string(self).expect("results serialize")
     }
 
-    /// The completed value, or the failure as an [`Error`].
+    /// The completed value, or the failure as an [`Error`]. A parked cell
+    /// is [`Error::Waiting`].
     pub fn into_value(self) -> Result<Value, Error> {
         match self {
             CellResult::Completed(c) => Ok(c.value),
+            CellResult::Waiting(w) => Err(Error::Waiting(w.run_id)),
             CellResult::Failed(f) => Err(match f.code {
                 ErrorCode::InvalidInput => Error::InvalidInput(f.error),
                 ErrorCode::Timeout => Error::Timeout,

@@ -1,14 +1,17 @@
 //! The public entry point: [`Runtime`] and its builder.
 
 use crate::bridge::CellTools;
-use crate::cell;
+use crate::cell::{self, CellEnv};
 use crate::config::Limits;
 use crate::engine::{self, SharedEngine};
 use crate::error::Error;
-use crate::input::ExecInput;
+use crate::input::{ExecInput, WaitInput};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, Telemetry};
+use crate::runs::RunRegistry;
+use crate::state::SqliteStateStore;
 use quickcell_catalog::Catalog;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Builds a [`Runtime`].
@@ -21,6 +24,7 @@ use std::sync::Arc;
 pub struct RuntimeBuilder {
     limits: Limits,
     tools: ToolRegistry,
+    state_dir: Option<PathBuf>,
 }
 
 impl RuntimeBuilder {
@@ -39,6 +43,15 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps parked runs in the SQLite state store in `dir` (created if
+    /// missing), so they survive this process and can be resumed by any
+    /// process that uses the same directory. Without it, parked runs live
+    /// in a private in-memory store and end with the runtime.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
     /// Creates the runtime. The first runtime of a process creates the
     /// shared Wasmtime engine and loads the pre-initialized guest from the
     /// module cache (or builds and caches it, which takes about a second).
@@ -46,6 +59,9 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
+        let store = SqliteStateStore::open(self.state_dir.as_deref())
+            .map_err(|e| Error::StateStore(format!("{e:#}")))?;
+        let runs = Arc::new(RunRegistry::new(Arc::new(store)));
         let cell_tools = Arc::new(CellTools::new(
             self.tools.catalog(),
             self.tools.tools().clone(),
@@ -55,6 +71,7 @@ impl RuntimeBuilder {
             limits: self.limits,
             tools: self.tools,
             cell_tools,
+            runs,
         })
     }
 }
@@ -68,6 +85,7 @@ pub struct Runtime {
     limits: Limits,
     tools: ToolRegistry,
     cell_tools: Arc<CellTools>,
+    runs: Arc<RunRegistry>,
 }
 
 impl Runtime {
@@ -103,20 +121,53 @@ impl Runtime {
         }
     }
 
+    fn env<'a>(&'a self, telemetry: &'a (dyn Fn() -> Telemetry + Sync)) -> CellEnv<'a> {
+        CellEnv {
+            shared: &self.shared,
+            limits: &self.limits,
+            tools: &self.cell_tools,
+            runs: &self.runs,
+            telemetry,
+        }
+    }
+
     /// Runs a cell (`exec`). Never panics and never returns a Rust error:
-    /// every outcome, including rejected input, is a [`CellResult`].
+    /// every outcome, including rejected input, is a [`CellResult`]. A cell
+    /// still waiting on host work when its budget runs out, or that calls
+    /// `yield_control`, parks and comes back as
+    /// [`CellResult::Waiting`]; resume it with [`Runtime::wait`].
     ///
     /// Must be awaited inside a Tokio runtime (tool calls and timers run as
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
-        cell::exec(
-            &self.shared,
-            &self.limits,
-            &self.cell_tools,
-            || self.telemetry(),
-            &input,
-        )
-        .await
+        let telemetry = || self.telemetry();
+        cell::exec(&self.env(&telemetry), &input).await
+    }
+
+    /// Resumes a parked cell (`wait`): restores its snapshot into a fresh
+    /// instance, delivers what settled meanwhile and runs it until it
+    /// completes, fails or parks again. The run may have been parked by
+    /// this runtime or by any other that shares its state directory.
+    pub async fn wait(&self, input: WaitInput) -> CellResult {
+        let telemetry = || self.telemetry();
+        cell::wait(&self.env(&telemetry), &input).await
+    }
+
+    /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
+    pub async fn wait_json(&self, args: &serde_json::Value) -> CellResult {
+        match WaitInput::from_json(args) {
+            Ok(input) => self.wait(input).await,
+            Err(message) => cell::input_failure(message, self.telemetry()),
+        }
+    }
+
+    /// Waits until the tool calls of the runs this runtime parked have
+    /// settled and been recorded in the state store (timers are not waited
+    /// for: they are re-armed from their due time wherever a run resumes).
+    /// A process that parks runs and then exits calls this first, so that
+    /// the calls it started are not reported as having an unknown effect.
+    pub async fn settle_parked_tool_calls(&self) {
+        self.runs.settle_tool_calls().await;
     }
 
     /// Runs a cell from raw `exec` arguments (`{"title":..,"code":..}` as a

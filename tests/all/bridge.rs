@@ -11,17 +11,18 @@ use std::time::Duration;
 /// Test tool `T(name, desc)` from the contract's examples: takes
 /// `{value?: string}` and returns `{name, input}`; counts executions;
 /// optionally sleeps, fails or panics.
-struct T {
-    name: String,
-    desc: String,
-    calls: Arc<AtomicUsize>,
-    running: Arc<AtomicUsize>,
-    max_running: Arc<AtomicUsize>,
-    delay: Duration,
-    behaviour: &'static str,
+pub(crate) struct T {
+    pub name: String,
+    pub desc: String,
+    pub calls: Arc<AtomicUsize>,
+    pub running: Arc<AtomicUsize>,
+    pub max_running: Arc<AtomicUsize>,
+    pub delay: Duration,
+    pub behaviour: &'static str,
+    pub replay_safe: bool,
 }
 
-fn t(name: &str, desc: &str) -> T {
+pub(crate) fn t(name: &str, desc: &str) -> T {
     T {
         name: name.into(),
         desc: desc.into(),
@@ -30,6 +31,7 @@ fn t(name: &str, desc: &str) -> T {
         max_running: Arc::new(AtomicUsize::new(0)),
         delay: Duration::ZERO,
         behaviour: "ok",
+        replay_safe: false,
     }
 }
 
@@ -43,6 +45,9 @@ impl Tool for T {
     }
     fn input_schema(&self) -> Value {
         json!({"type": "object", "properties": {"value": {"type": "string"}, "index": {"type": "integer"}}, "additionalProperties": false})
+    }
+    fn replay_safe(&self) -> bool {
+        self.replay_safe
     }
     async fn call(&self, args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -60,7 +65,10 @@ impl Tool for T {
     }
 }
 
-async fn runtime_with(tools: Vec<T>, limits: Limits) -> (Runtime, Vec<Arc<AtomicUsize>>) {
+pub(crate) async fn runtime_with(
+    tools: Vec<T>,
+    limits: Limits,
+) -> (Runtime, Vec<Arc<AtomicUsize>>) {
     let mut registry = ToolRegistry::new();
     let mut counters = Vec::new();
     for tool in tools {
@@ -317,23 +325,6 @@ async fn timers_run_and_clear() {
         value(&r),
         json!({"order": ["t1", "t2"], "typeError": "setTimeout callback must be a function"})
     );
-}
-
-#[tokio::test]
-async fn slow_tool_past_the_deadline_times_out_until_suspension_lands() {
-    let mut slow = t("slow", "Slow tool");
-    slow.delay = Duration::from_secs(5);
-    let (rt, _) = runtime_with(vec![slow], Limits::default().with_timeout_ms(300)).await;
-    let r = rt
-        .exec(ExecInput::new(
-            "slow",
-            "text('asked'); return await slow({});",
-        ))
-        .await;
-    let f = failed(&r);
-    assert_eq!(f.code, ErrorCode::Timeout);
-    assert!(f.bridge_dispatch_started);
-    assert_eq!(texts(&r), vec!["asked"]);
 }
 
 #[tokio::test]

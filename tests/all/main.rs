@@ -8,6 +8,7 @@ mod exec;
 mod limits;
 mod output;
 mod source;
+mod suspend;
 mod wit;
 
 use quickcell::{CellResult, ExecInput, Limits, Runtime};
@@ -53,6 +54,14 @@ pub fn failed(result: &CellResult) -> &quickcell::Failed {
     match result {
         CellResult::Failed(f) => f,
         other => panic!("expected failed, got {}", other.to_json()),
+    }
+}
+
+/// The waiting result, panicking otherwise.
+pub fn waiting(result: &CellResult) -> &quickcell::Waiting {
+    match result {
+        CellResult::Waiting(w) => w,
+        other => panic!("expected waiting, got {}", other.to_json()),
     }
 }
 

@@ -1,0 +1,395 @@
+//! The state store: parked runs (registry and snapshots) and the
+//! settlements of their requests, in one embedded SQLite database.
+//!
+//! The store is the source of truth for parked runs, so any process that
+//! opens the same state directory can `wait` a run another process parked,
+//! and a restarted host loses none. [`StateStore`] is the small interface
+//! the runtime needs; [`SqliteStateStore`] implements it over
+//! `<state dir>/state.sqlite3` (WAL journal, `synchronous=NORMAL`, a 5 s
+//! busy timeout for concurrent processes), or over a private in-memory
+//! database when no directory is configured.
+//!
+//! A run row is `parked` (waiting for `wait`) or `resuming` (claimed by a
+//! `wait` in some process until `claimed_until`). Claiming is one
+//! transaction that checks the contract's order — known and unexpired,
+//! same agent run, same session, no other `wait` in flight — so a snapshot
+//! is resumed at most once. A claim whose holder vanished (the process
+//! died mid-`wait`) is not re-granted: after `claimed_until` the run is
+//! reported unavailable and removed, because its snapshot may already have
+//! been resumed once.
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Who may `wait` a run: the agent run and the session that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Owner {
+    /// The creating agent run.
+    pub agent_run: String,
+    /// The creating session identity (session id, key, agent id).
+    pub session: String,
+}
+
+/// A parked run as stored.
+#[derive(Debug, Clone)]
+pub(crate) struct ParkedRun {
+    pub run_id: String,
+    pub owner: Owner,
+    /// Incremented at every park; settlements are recorded per generation.
+    pub generation: u64,
+    /// Unix milliseconds after which the run is expired.
+    pub expires_at_ms: u64,
+    pub snapshot: Vec<u8>,
+}
+
+/// A successful claim: the snapshot to resume.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub generation: u64,
+    pub snapshot: Vec<u8>,
+    /// Settlements recorded for this generation while the run was parked.
+    pub settlements: Vec<String>,
+}
+
+/// Why a run cannot be claimed (the contract's `wait` admission order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimRefused {
+    Unavailable,
+    OtherAgentRun,
+    OtherSession,
+    Busy,
+}
+
+/// Storage of parked runs. Implementations must make [`StateStore::claim`]
+/// atomic across every host that shares the store.
+pub(crate) trait StateStore: Send + Sync {
+    /// Stores (or replaces) a parked run in state `parked`.
+    fn park(&self, run: &ParkedRun) -> anyhow::Result<()>;
+    /// Claims a parked run for one `wait` until `claim_until_ms`.
+    fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> anyhow::Result<Result<Claimed, ClaimRefused>>;
+    /// Returns a claimed run to `parked` unchanged (the `wait` could not
+    /// start it, e.g. the runtime was unavailable).
+    fn unclaim(&self, run_id: &str) -> anyhow::Result<()>;
+    /// Removes a run and its settlements.
+    fn remove(&self, run_id: &str) -> anyhow::Result<()>;
+    /// Records the settlement of a request of a parked run's generation.
+    fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> anyhow::Result<()>;
+    /// Number of runs held (parked or resuming), after removing expired
+    /// ones and stale claims.
+    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize>;
+    /// Removes runs expired at `now_ms` and claims abandoned before it;
+    /// returns their ids.
+    fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>>;
+}
+
+/// Name of the database file inside the state directory.
+pub const STATE_FILE: &str = "state.sqlite3";
+
+/// [`StateStore`] over SQLite.
+pub(crate) struct SqliteStateStore {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    agent_run TEXT NOT NULL,
+    session TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('parked', 'resuming')),
+    generation INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    claimed_until_ms INTEGER,
+    snapshot BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS settlements (
+    run_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    request_id INTEGER NOT NULL,
+    settlement TEXT NOT NULL,
+    PRIMARY KEY (run_id, generation, request_id)
+);
+";
+
+impl SqliteStateStore {
+    /// Opens (creating if needed) the store in `dir`, or a private
+    /// in-memory store when `dir` is `None`.
+    pub(crate) fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let conn = match dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    anyhow::anyhow!("cannot create the state directory {}: {e}", dir.display())
+                })?;
+                let path = dir.join(STATE_FILE);
+                let conn = Connection::open(&path).map_err(|e| {
+                    anyhow::anyhow!("cannot open the state store {}: {e}", path.display())
+                })?;
+                conn.busy_timeout(std::time::Duration::from_secs(5))?;
+                conn.pragma_update(None, "journal_mode", "WAL")?;
+                conn.pragma_update(None, "synchronous", "NORMAL")?;
+                conn
+            }
+            None => Connection::open_in_memory()?,
+        };
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent
+        // (transactions roll back), so a poisoned lock is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl StateStore for SqliteStateStore {
+    fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO runs
+             (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
+             VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
+            params![
+                run.run_id,
+                run.owner.agent_run,
+                run.owner.session,
+                to_i64(run.generation),
+                to_i64(run.expires_at_ms),
+                run.snapshot
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM settlements WHERE run_id = ?1 AND generation < ?2",
+            params![run.run_id, to_i64(run.generation)],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        type Row = (String, String, String, i64, i64, Option<i64>);
+        let row: Option<Row> = tx
+            .query_row(
+                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms
+                 FROM runs WHERE run_id = ?1",
+                params![run_id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((agent_run, session, state, generation, expires_at, claimed_until)) = row else {
+            return Ok(Err(ClaimRefused::Unavailable));
+        };
+        let now = to_i64(now_ms);
+        let stale_claim = state == "resuming" && claimed_until.is_some_and(|c| c < now);
+        if (state == "parked" && expires_at <= now) || stale_claim {
+            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+            tx.commit()?;
+            return Ok(Err(ClaimRefused::Unavailable));
+        }
+        if agent_run != owner.agent_run {
+            return Ok(Err(ClaimRefused::OtherAgentRun));
+        }
+        if session != owner.session {
+            return Ok(Err(ClaimRefused::OtherSession));
+        }
+        if state == "resuming" {
+            return Ok(Err(ClaimRefused::Busy));
+        }
+        tx.execute(
+            "UPDATE runs SET state = 'resuming', claimed_until_ms = ?2 WHERE run_id = ?1",
+            params![run_id, to_i64(claim_until_ms)],
+        )?;
+        let snapshot: Vec<u8> = tx.query_row(
+            "SELECT snapshot FROM runs WHERE run_id = ?1",
+            params![run_id],
+            |r| r.get(0),
+        )?;
+        let settlements = {
+            let mut stmt = tx.prepare(
+                "SELECT settlement FROM settlements WHERE run_id = ?1 AND generation = ?2
+                 ORDER BY rowid",
+            )?;
+            let rows = stmt.query_map(params![run_id, generation], |r| r.get(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        tx.commit()?;
+        Ok(Ok(Claimed {
+            generation: generation as u64,
+            snapshot,
+            settlements,
+        }))
+    }
+
+    fn unclaim(&self, run_id: &str) -> anyhow::Result<()> {
+        self.conn().execute(
+            "UPDATE runs SET state = 'parked', claimed_until_ms = NULL WHERE run_id = ?1",
+            params![run_id],
+        )?;
+        Ok(())
+    }
+
+    fn remove(&self, run_id: &str) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
+        tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> anyhow::Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO settlements (run_id, generation, request_id, settlement)
+             SELECT ?1, ?2, ?3, ?4 WHERE EXISTS
+               (SELECT 1 FROM runs WHERE run_id = ?1 AND generation = ?2)",
+            params![run_id, to_i64(generation), to_i64(request_id), settlement],
+        )?;
+        Ok(())
+    }
+
+    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize> {
+        self.purge_expired(now_ms)?;
+        let n: i64 = self
+            .conn()
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))?;
+        Ok(n as usize)
+    }
+
+    fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let now = to_i64(now_ms);
+        let ids = {
+            let mut stmt = tx.prepare(
+                "SELECT run_id FROM runs
+                 WHERE (state = 'parked' AND expires_at_ms <= ?1)
+                    OR (state = 'resuming' AND claimed_until_ms < ?1)",
+            )?;
+            let rows = stmt.query_map(params![now], |r| r.get(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(a: &str, s: &str) -> Owner {
+        Owner {
+            agent_run: a.into(),
+            session: s.into(),
+        }
+    }
+
+    fn parked(id: &str, expires: u64) -> ParkedRun {
+        ParkedRun {
+            run_id: id.into(),
+            owner: owner("a", "s"),
+            generation: 1,
+            expires_at_ms: expires,
+            snapshot: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn claim_checks_in_the_contract_order() {
+        let store = SqliteStateStore::open(None).unwrap();
+        store.park(&parked("r1", 1_000)).unwrap();
+        let claim = |o: &Owner, now| store.claim("r1", o, now, now + 100).unwrap();
+        assert_eq!(
+            claim(&owner("a", "s"), 2_000).unwrap_err(),
+            ClaimRefused::Unavailable
+        );
+        store.park(&parked("r1", 10_000)).unwrap();
+        assert_eq!(
+            claim(&owner("b", "s"), 1).unwrap_err(),
+            ClaimRefused::OtherAgentRun
+        );
+        assert_eq!(
+            claim(&owner("a", "t"), 1).unwrap_err(),
+            ClaimRefused::OtherSession
+        );
+        store.record_settlement("r1", 1, 4, "{\"id\":4}").unwrap();
+        store.record_settlement("r1", 7, 5, "{\"id\":5}").unwrap();
+        let got = claim(&owner("a", "s"), 1).unwrap();
+        assert_eq!(got.snapshot, vec![1, 2, 3]);
+        assert_eq!(got.settlements, vec!["{\"id\":4}".to_string()]);
+        assert_eq!(claim(&owner("a", "s"), 1).unwrap_err(), ClaimRefused::Busy);
+        // A claim abandoned past its deadline is not re-granted.
+        assert_eq!(
+            claim(&owner("a", "s"), 500).unwrap_err(),
+            ClaimRefused::Unavailable
+        );
+        assert_eq!(store.count_runs(500).unwrap(), 0);
+    }
+
+    #[test]
+    fn unclaim_makes_a_run_waitable_again() {
+        let store = SqliteStateStore::open(None).unwrap();
+        store.park(&parked("r1", 10_000)).unwrap();
+        store
+            .claim("r1", &owner("a", "s"), 1, 100)
+            .unwrap()
+            .unwrap();
+        store.unclaim("r1").unwrap();
+        assert!(store.claim("r1", &owner("a", "s"), 1, 100).unwrap().is_ok());
+        store.remove("r1").unwrap();
+        assert_eq!(
+            store
+                .claim("r1", &owner("a", "s"), 1, 100)
+                .unwrap()
+                .unwrap_err(),
+            ClaimRefused::Unavailable
+        );
+    }
+}

@@ -1,0 +1,522 @@
+//! Suspension: parking cells as snapshots, `wait`, runs and durability.
+
+use crate::bridge::{runtime_with, t};
+use crate::{failed, json, runtime, texts, value, waiting};
+use quickcell::{
+    CellResult, ErrorCode, ExecInput, FailurePhase, Limits, Owner, Runtime, WaitInput, WaitReason,
+    MAX_SUSPENDED_RUNS,
+};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// A fresh state directory under the system temp dir.
+pub fn state_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quickcell-test-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn runtime_in(dir: &PathBuf, limits: Limits) -> Runtime {
+    Runtime::builder()
+        .limits(limits)
+        .state_dir(dir)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn exec(code: &str) -> ExecInput {
+    ExecInput::new("suspension test", code)
+}
+
+#[tokio::test]
+async fn restart_safe_yield_then_wait() {
+    let rt = runtime(Limits::default()).await;
+    let mut input =
+        exec(r#"text("before"); await yield_control("pause"); text("after"); return "done";"#);
+    input.restart_safe = true;
+    let r = rt.exec(input).await;
+    let w = waiting(&r);
+    assert_eq!(w.reason, WaitReason::Yield);
+    assert_eq!(w.replay_safe, Some(true));
+    assert_eq!(texts(&r), vec!["before"]);
+    let id = &w.run_id;
+    let uuid = regex::Regex::new(
+        r"^cm_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
+    )
+    .unwrap();
+    assert!(uuid.is_match(id), "{id}");
+    assert_eq!(
+        json(&r)["pendingToolCalls"],
+        json!([{"id": "bridge:yield:1", "method": "yield"}])
+    );
+    let r = rt.wait(WaitInput::new(id.clone())).await;
+    assert_eq!(value(&r), json!("done"));
+    assert_eq!(texts(&r), vec!["after"]);
+    assert_eq!(json(&r)["replaySafe"], json!(true));
+}
+
+#[tokio::test]
+async fn three_yields_deliver_output_incrementally() {
+    let rt = runtime(Limits::default()).await;
+    let code = r#"
+        let total = 0;
+        for (const step of ["one", "two", "three"]) {
+            text(step); total += step.length;
+            await yield_control(step);
+        }
+        text("end");
+        return total;
+    "#;
+    let r = rt.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(texts(&r), vec!["one"]);
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(waiting(&r).run_id, id, "the run id is kept across waits");
+    assert_eq!(texts(&r), vec!["two"]);
+    assert_eq!(json(&r)["pendingToolCalls"][0]["id"], "bridge:yield:2");
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(texts(&r), vec!["three"]);
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(value(&r), json!(11));
+    assert_eq!(texts(&r), vec!["end"]);
+}
+
+#[tokio::test]
+async fn failure_after_resume_carries_only_new_output_and_removes_the_run() {
+    let rt = runtime(Limits::default()).await;
+    let code = r#"text("before pause"); await yield_control(); text("before failure"); throw new Error("resumed failure")"#;
+    let r = rt.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(texts(&r), vec!["before pause"]);
+    let r = rt.wait(WaitInput::new(&id)).await;
+    let f = failed(&r);
+    assert!(f.error.contains("resumed failure"), "{}", f.error);
+    assert_eq!(f.failure_phase, FailurePhase::Guest);
+    assert_eq!(texts(&r), vec!["before failure"]);
+    let again = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(
+        failed(&again).error,
+        "code mode run is unavailable or expired."
+    );
+}
+
+#[tokio::test]
+async fn wrong_owner_is_refused_and_leaves_the_run_intact() {
+    let rt = runtime(Limits::default()).await;
+    let owner = Owner {
+        agent_run: "run-1".into(),
+        session: "session-1".into(),
+    };
+    let r = rt
+        .exec(exec("await yield_control(); return 'mine';").with_owner(owner.clone()))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let other_run = Owner {
+        agent_run: "run-2".into(),
+        ..owner.clone()
+    };
+    let r = rt.wait(WaitInput::new(&id).with_owner(other_run)).await;
+    let f = failed(&r);
+    assert_eq!(f.error, "code mode run belongs to a different agent run.");
+    assert_eq!(f.code, ErrorCode::InvalidInput);
+    assert_eq!(f.failure_phase, FailurePhase::Input);
+    let other_session = Owner {
+        session: "session-2".into(),
+        ..owner.clone()
+    };
+    let r = rt.wait(WaitInput::new(&id).with_owner(other_session)).await;
+    assert_eq!(
+        failed(&r).error,
+        "code mode run belongs to a different session."
+    );
+    let r = rt.wait(WaitInput::new(&id).with_owner(owner)).await;
+    assert_eq!(value(&r), json!("mine"));
+}
+
+#[tokio::test]
+async fn concurrent_waits_resume_the_run_once() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(300);
+    let calls = slow.calls.clone();
+    let (rt, _) = runtime_with(vec![slow], Limits::default()).await;
+    let r = rt
+        .exec(exec(
+            "await yield_control(); const r = await slow({}); return r.name;",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let (a, b) = tokio::join!(rt.wait(WaitInput::new(&id)), rt.wait(WaitInput::new(&id)));
+    let (done, refused) = match (&a, &b) {
+        (CellResult::Completed(_), _) => (&a, &b),
+        _ => (&b, &a),
+    };
+    assert_eq!(value(done), json!("slow"));
+    assert_eq!(
+        failed(refused).error,
+        "code mode run is already being resumed."
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn unknown_blank_and_expired_run_ids() {
+    let rt = runtime(Limits::default().with_snapshot_ttl_seconds(1)).await;
+    let r = rt
+        .wait(WaitInput::new("cm_00000000-0000-4000-8000-000000000000"))
+        .await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+    assert!(!failed(&r).bridge_dispatch_started);
+    let r = rt.wait_json(&json!({"runId": "  "})).await;
+    assert_eq!(failed(&r).error, "runId must be a non-empty string.");
+    let r = rt.exec(exec("await yield_control(); return 1;")).await;
+    let id = waiting(&r).run_id.clone();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let r = rt.wait_json(&json!({"run_id": format!(" {id} ")})).await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+}
+
+#[tokio::test]
+async fn a_run_within_its_ttl_resumes() {
+    let rt = runtime(Limits::default().with_snapshot_ttl_seconds(5)).await;
+    let r = rt.exec(exec("await yield_control(); return 1;")).await;
+    let id = waiting(&r).run_id.clone();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(value(&rt.wait(WaitInput::new(id)).await), json!(1));
+}
+
+#[tokio::test]
+async fn slot_cap_refuses_the_sixty_fifth_run() {
+    let rt = runtime(Limits::default()).await;
+    let mut ids = Vec::new();
+    for _ in 0..MAX_SUSPENDED_RUNS {
+        let r = rt
+            .exec(exec("await yield_control(); return 'parked';"))
+            .await;
+        ids.push(waiting(&r).run_id.clone());
+    }
+    let r = rt
+        .exec(exec("await yield_control(); return 'one too many';"))
+        .await;
+    let f = failed(&r);
+    assert_eq!(f.error, "too many suspended code mode runs.");
+    assert_eq!(f.code, ErrorCode::InvalidInput);
+    assert!(!f.bridge_dispatch_started);
+    // A cell that never calls the host needs no slot.
+    assert_eq!(value(&rt.exec(exec("return 2;")).await), json!(2));
+    // Finishing one run frees its slot.
+    assert_eq!(
+        value(&rt.wait(WaitInput::new(&ids[0])).await),
+        json!("parked")
+    );
+    let r = rt.exec(exec("await yield_control(); return 'fits';")).await;
+    waiting(&r);
+}
+
+#[tokio::test]
+async fn snapshot_limit_obeyed_and_exceeded() {
+    let code = r#"text("kept"); const big = "x".repeat(200000); await yield_control(); return big.length;"#;
+    let rt = runtime(Limits::default().with_max_snapshot_bytes(4 << 20)).await;
+    let r = rt.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(value(&rt.wait(WaitInput::new(id)).await), json!(200000));
+
+    let rt = runtime(Limits::default().with_max_snapshot_bytes(64 * 1024)).await;
+    let r = rt.exec(exec(code)).await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::SnapshotLimitExceeded);
+    assert_eq!(f.error, "code mode snapshot limit exceeded");
+    assert_eq!(f.failure_phase, FailurePhase::Host);
+    assert_eq!(
+        texts(&r),
+        vec!["kept"],
+        "output before the failed checkpoint is kept"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_that_outlives_the_deadline_parks_then_completes_on_wait() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(700);
+    let calls = slow.calls.clone();
+    let (rt, _) = runtime_with(vec![slow], Limits::default().with_timeout_ms(400)).await;
+    let r = rt
+        .exec(exec(
+            "text('asked'); const r = await slow({value: 'v'}); text('got'); return r.input;",
+        ))
+        .await;
+    let w = waiting(&r);
+    assert_eq!(w.reason, WaitReason::PendingTools);
+    assert_eq!(
+        json(&r)["pendingToolCalls"],
+        json!([{"id": "bridge:callValue:1", "method": "callValue"}])
+    );
+    assert_eq!(texts(&r), vec!["asked"]);
+    let id = w.run_id.clone();
+    // The tool keeps running while the cell is parked.
+    let mut r = rt.wait(WaitInput::new(&id)).await;
+    while let CellResult::Waiting(_) = r {
+        r = rt.wait(WaitInput::new(&id)).await;
+    }
+    assert_eq!(value(&r), json!({"value": "v"}));
+    assert_eq!(texts(&r), vec!["got"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the tool ran once");
+}
+
+#[tokio::test]
+async fn await_results_keeps_the_call_open() {
+    let mut slow = t("slow", "Slow tool");
+    slow.delay = Duration::from_millis(600);
+    let (rt, _) = runtime_with(vec![slow], Limits::default().with_timeout_ms(300)).await;
+    let mut input = exec("await yield_control(); const r = await slow({}); return r.name;");
+    input.await_results = true;
+    let r = rt.exec(input).await;
+    assert_eq!(value(&r), json!("slow"));
+}
+
+#[tokio::test]
+async fn timers_fire_and_clear_across_suspension() {
+    let rt = runtime(Limits::default()).await;
+    let code = r#"
+        const fired = [];
+        setTimeout(() => fired.push("early"), 30);
+        const late = setTimeout(() => fired.push("cleared"), 400);
+        await yield_control();
+        clearTimeout(late);
+        await new Promise((resolve) => setTimeout(resolve, 60));
+        return fired;
+    "#;
+    let r = rt.exec(exec(code)).await;
+    let w = waiting(&r);
+    assert_eq!(w.reason, WaitReason::PendingTools, "timers are host work");
+    let id = w.run_id.clone();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = rt.wait(WaitInput::new(id)).await;
+    assert_eq!(value(&r), json!(["early"]));
+}
+
+#[tokio::test]
+async fn a_run_parked_by_one_runtime_is_resumed_by_another() {
+    let dir = state_dir();
+    let code = r#"
+        const t0 = performance.now();
+        setTimeout(() => text("timer"), 150);
+        text("parked");
+        await yield_control();
+        await new Promise((r) => setTimeout(r, 250));
+        return { clockForward: performance.now() >= t0 };
+    "#;
+    let id = {
+        let first = runtime_in(&dir, Limits::default()).await;
+        let r = first.exec(exec(code)).await;
+        waiting(&r).run_id.clone()
+    };
+    // The first runtime is gone; a second one opens the same state store.
+    let second = runtime_in(&dir, Limits::default()).await;
+    let r = second.wait(WaitInput::new(&id)).await;
+    assert_eq!(value(&r), json!({"clockForward": true}));
+    assert_eq!(texts(&r), vec!["timer"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn calls_in_flight_when_the_host_ended_replay_only_if_replay_safe() {
+    let dir = state_dir();
+    let mut safe = t("safe_read", "A replay-safe tool");
+    safe.delay = Duration::from_millis(600);
+    safe.replay_safe = true;
+    let mut unsafe_tool = t("mutate", "A tool with side effects");
+    unsafe_tool.delay = Duration::from_millis(600);
+    let (safe_calls, unsafe_calls) = (safe.calls.clone(), unsafe_tool.calls.clone());
+    let code = r#"
+        const [a, b] = await Promise.allSettled([safe_read({value: "x"}), mutate({value: "y"})]);
+        return [a.status, a.value?.name, b.status, b.reason?.message, b.reason?.code];
+    "#;
+    let id = {
+        let mut registry = quickcell::ToolRegistry::new();
+        registry.add(std::sync::Arc::new(safe)).unwrap();
+        registry.add(std::sync::Arc::new(unsafe_tool)).unwrap();
+        let host = Runtime::builder()
+            .limits(Limits::default().with_timeout_ms(300))
+            .tools(registry.clone())
+            .state_dir(&dir)
+            .build()
+            .await
+            .unwrap();
+        let r = host.exec(exec(code)).await;
+        let id = waiting(&r).run_id.clone();
+        // Dropping the runtime ends its host: the calls in flight are lost.
+        drop(host);
+        id
+    };
+    assert_eq!(safe_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(unsafe_calls.load(Ordering::SeqCst), 1);
+    let mut safe = t("safe_read", "A replay-safe tool");
+    safe.replay_safe = true;
+    let safe_again = safe.calls.clone();
+    let unsafe_again = t("mutate", "A tool with side effects");
+    let unsafe_again_calls = unsafe_again.calls.clone();
+    let mut registry = quickcell::ToolRegistry::new();
+    registry.add(std::sync::Arc::new(safe)).unwrap();
+    registry.add(std::sync::Arc::new(unsafe_again)).unwrap();
+    let restarted = Runtime::builder()
+        .tools(registry)
+        .state_dir(&dir)
+        .build()
+        .await
+        .unwrap();
+    let r = restarted.wait(WaitInput::new(&id)).await;
+    let v = value(&r);
+    assert_eq!(v[0], "fulfilled");
+    assert_eq!(v[1], "safe_read");
+    assert_eq!(v[2], "rejected");
+    assert!(v[3].as_str().unwrap().contains("effect is unknown"), "{v}");
+    assert_eq!(v[4], "tool_error");
+    assert_eq!(
+        safe_again.load(Ordering::SeqCst),
+        1,
+        "the replay-safe call ran again"
+    );
+    assert_eq!(
+        unsafe_again_calls.load(Ordering::SeqCst),
+        0,
+        "the other did not"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Rewrites the stored snapshot of `run_id` with `f`.
+fn tamper(dir: &std::path::Path, run_id: &str, f: impl FnOnce(&mut Vec<u8>)) {
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    let mut blob: Vec<u8> = conn
+        .query_row(
+            "SELECT snapshot FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    f(&mut blob);
+    conn.execute(
+        "UPDATE runs SET snapshot = ?2 WHERE run_id = ?1",
+        rusqlite::params![run_id, blob],
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn corrupt_truncated_and_foreign_snapshots_fail_alone() {
+    let dir = state_dir();
+    let rt = runtime_in(&dir, Limits::default()).await;
+    let park = || async {
+        let r = rt
+            .exec(exec("await yield_control(); return 'intact';"))
+            .await;
+        waiting(&r).run_id.clone()
+    };
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        (
+            "checksum",
+            Box::new(|b: &mut Vec<u8>| {
+                let at = b.len() - 10;
+                b[at] ^= 0xff;
+            }),
+        ),
+        ("truncated", Box::new(|b: &mut Vec<u8>| b.truncate(30))),
+        (
+            "different guest module",
+            Box::new(|b: &mut Vec<u8>| b[20] ^= 1),
+        ),
+        ("format version 7", Box::new(|b: &mut Vec<u8>| b[8] = 7)),
+        (
+            "not a quickcell snapshot",
+            Box::new(|b: &mut Vec<u8>| b[0] = b'X'),
+        ),
+    ];
+    let bystander = park().await;
+    for (expected, damage) in cases {
+        let id = park().await;
+        tamper(&dir, &id, damage);
+        let r = rt.wait(WaitInput::new(&id)).await;
+        let f = failed(&r);
+        assert_eq!(f.code, ErrorCode::InternalError);
+        assert_eq!(f.failure_phase, FailurePhase::Host);
+        assert!(
+            f.error.contains("snapshot is unusable") && f.error.contains(expected),
+            "{expected}: {}",
+            f.error
+        );
+        let again = rt.wait(WaitInput::new(&id)).await;
+        assert_eq!(
+            failed(&again).error,
+            "code mode run is unavailable or expired."
+        );
+    }
+    assert_eq!(
+        value(&rt.wait(WaitInput::new(&bystander)).await),
+        json!("intact")
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn a_snapshot_is_resumed_once_and_reseeded_on_resume() {
+    let dir = state_dir();
+    let rt = runtime_in(&dir, Limits::default()).await;
+    let r = rt
+        .exec(exec("await yield_control(); return Math.random();"))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    // Keep a copy of the stored run, as an attacker or a buggy host might.
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    let row: (String, String, i64, i64, Vec<u8>) = conn
+        .query_row(
+            "SELECT agent_run, session, generation, expires_at_ms, snapshot FROM runs WHERE run_id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    let first = value(&rt.wait(WaitInput::new(&id)).await);
+    let again = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(
+        failed(&again).error,
+        "code mode run is unavailable or expired."
+    );
+    // Even a snapshot put back by hand does not repeat its random sequence.
+    conn.execute(
+        "INSERT INTO runs VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
+        rusqlite::params![id, row.0, row.1, row.2, row.3, row.4],
+    )
+    .unwrap();
+    let second = value(&rt.wait(WaitInput::new(&id)).await);
+    assert_ne!(first, second, "Math.random is reseeded on every resume");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn output_budget_spans_calls() {
+    let rt = runtime(Limits::default().with_max_output_bytes(1024)).await;
+    let code = r#"text("a".repeat(600)); await yield_control(); text("b".repeat(600)); return 1;"#;
+    let r = rt.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(texts(&r), vec!["a".repeat(600)]);
+    let r = rt.wait(WaitInput::new(id)).await;
+    let out = r.output();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0]["value"]["truncated"], json!(true), "{}", r.to_json());
+    let total: usize = r.to_json().len();
+    assert!(total < 2048);
+}
+
+#[tokio::test]
+async fn fuel_is_per_call_and_restoring_costs_none() {
+    let rt = runtime(Limits::default()).await;
+    let r = rt.exec(exec("await yield_control(); return 1;")).await;
+    let id = waiting(&r).run_id.clone();
+    let r = rt.wait(WaitInput::new(id)).await;
+    let fuel = r.telemetry().fuel_used;
+    // Settling one yield and returning: far below a fresh cell's start-up.
+    assert!(fuel > 1_000 && fuel < 200_000, "{fuel}");
+}
