@@ -30,9 +30,9 @@ use crate::result::{
     Waiting,
 };
 use crate::runs::{RunRegistry, SlotGuard};
-use crate::snapshot::{self, SnapshotError};
 use crate::source;
 use crate::state::{ClaimRefused, Owner, ParkedRun};
+use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -305,7 +305,13 @@ async fn restore(
             replay_safe: None,
         })
     };
-    let snapshot = snapshot::decode(&claimed.snapshot).map_err(|e| unusable(e.to_string()))?;
+    let restore_started = Instant::now();
+    let snapshot = snapshot::decode(
+        &claimed.snapshot,
+        crate::engine::guest_hash(),
+        crate::engine::POOL_MAX_MEMORY_BYTES,
+    )
+    .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
     if host.run_id != run_id {
@@ -345,8 +351,11 @@ async fn restore(
             replay_safe: None,
         }));
     }
-    snapshot.apply(memory.data_mut(&mut store));
-    let sp = Val::I32(snapshot.stack_pointer as i32);
+    let stack_pointer = snapshot.stack_pointer;
+    if let Err(e) = snapshot.apply(memory.data_mut(&mut store)) {
+        return Err(unusable(e.to_string()));
+    }
+    let sp = Val::I32(stack_pointer as i32);
     if let Err(e) = exports.stack_pointer.set(&mut store, sp) {
         return Err(unusable(format!("cannot set the stack pointer: {e}")));
     }
@@ -357,6 +366,10 @@ async fn restore(
         return Err(unusable(format!("the guest could not resume: {e}")));
     }
     let _ = store.set_fuel(fuel_start);
+    stats::RESTORE_NANOS.store(
+        restore_started.elapsed().as_nanos() as u64,
+        Ordering::Relaxed,
+    );
     let mut bridge = match live {
         Some(bridge) => bridge,
         None => {
@@ -543,6 +556,7 @@ impl LiveCell {
 
     /// Checkpoints the cell and parks it (contract §9.3).
     async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+        let checkpoint_started = Instant::now();
         // Collect garbage so the snapshot holds live data; it costs the
         // cell no fuel.
         let fuel = self.store.get_fuel().unwrap_or(0);
@@ -601,15 +615,24 @@ impl LiveCell {
             .i32()
             .unwrap_or(0) as u32;
         let memory = self.exports.memory.data(&self.store);
-        let encoded = snapshot::encode(
+        // Below the stack pointer the shadow stack holds nothing live.
+        let dead_stack = env.shared.stack.start..(stack_pointer as usize).min(env.shared.stack.end);
+        let encoded = snapshot::encode(&Checkpoint {
             memory,
-            &env.shared.memory_image,
+            image: &env.shared.memory_image,
+            dead: dead_stack,
             stack_pointer,
-            &host_json,
-            env.limits.max_snapshot_bytes as usize,
+            host_state: &host_json,
+            guest_hash: crate::engine::guest_hash(),
+            max_payload_bytes: env.limits.max_snapshot_bytes as usize,
+        });
+        let checkpointed = Instant::now();
+        stats::CHECKPOINT_NANOS.store(
+            (checkpointed - checkpoint_started).as_nanos() as u64,
+            Ordering::Relaxed,
         );
-        let bytes = match encoded {
-            Ok(bytes) => bytes,
+        let (bytes, payload_bytes) = match encoded {
+            Ok(encoded) => (encoded.bytes, encoded.payload_bytes),
             Err(e) => {
                 tracing::info!(run_id, error = %e, "checkpoint refused");
                 let (code, error) = match e {
@@ -643,7 +666,11 @@ impl LiveCell {
             expires_at_ms,
             snapshot: bytes,
         };
-        if let Err(e) = env.runs.store.park(&parked) {
+        stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
+        stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
+        let stored = env.runs.store.park(&parked);
+        stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Err(e) = stored {
             self.store.data_mut().output = output;
             self.run_id = Some(run_id);
             return self.end(
@@ -690,6 +717,23 @@ impl LiveCell {
             replay_safe,
         })
     }
+}
+
+/// Durations of the process's latest checkpoint and restore, for
+/// benchmarks (`quickcell::testing::last_suspend_stats`).
+pub(crate) mod stats {
+    use std::sync::atomic::AtomicU64;
+    /// GC, memory diff and compression of the latest checkpoint.
+    pub static CHECKPOINT_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// Writing the latest parked run to the state store.
+    pub static PERSIST_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// Size of the latest stored snapshot.
+    pub static SNAPSHOT_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Uncompressed payload (changed pages and host state) of the latest
+    /// snapshot: what `maxSnapshotBytes` bounds.
+    pub static PAYLOAD_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Decode, instantiation, page writes and reseed of the latest restore.
+    pub static RESTORE_NANOS: AtomicU64 = AtomicU64::new(0);
 }
 
 fn bridge_failure(error: String) -> Ending {

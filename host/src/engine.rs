@@ -35,6 +35,18 @@ pub(crate) const GUEST_WASM: &[u8] =
 /// keyed by it.
 pub(crate) const GUEST_SHA256: &str = env!("QUICKCELL_GUEST_SHA256");
 
+/// [`GUEST_SHA256`] as raw bytes.
+pub(crate) fn guest_hash() -> [u8; 32] {
+    static HASH: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    *HASH.get_or_init(|| {
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&GUEST_SHA256[2 * i..2 * i + 2], 16).unwrap_or(0);
+        }
+        out
+    })
+}
+
 /// Interval of the epoch ticker. Deadlines are checked against the real
 /// clock at every tick, so this bounds how late a timeout is noticed.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
@@ -43,6 +55,11 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// stack guard (in the guest) raises a catchable `RangeError` long before
 /// deep JavaScript recursion gets here.
 pub(crate) const MAX_WASM_STACK: usize = 8 << 20;
+
+/// Size of the guest's shadow stack in bytes: the `-zstack-size` the guest
+/// is linked with (`guest/.cargo/config.toml`). The stack occupies the
+/// bytes just below the stack pointer's initial value.
+pub(crate) const GUEST_STACK_BYTES: usize = 4 << 20;
 
 /// Instances the pooling allocator can hold at once (running and
 /// instantiating cells; parked cells hold none).
@@ -62,6 +79,9 @@ pub(crate) struct SharedEngine {
     /// The pre-initialized linear memory: snapshots hold only the pages
     /// that differ from it.
     pub memory_image: Vec<u8>,
+    /// The guest's shadow stack: `[initial SP − GUEST_STACK_BYTES, initial
+    /// SP)`. Below the stack pointer, between calls, it holds nothing live.
+    pub stack: std::ops::Range<usize>,
     /// Whether the module was loaded from the on-disk cache.
     pub from_cache: bool,
     stop_ticker: Arc<AtomicBool>,
@@ -143,20 +163,26 @@ impl SharedEngine {
         let instance_pre = linker
             .instantiate_pre(&module)
             .map_err(|e| anyhow!("cannot link the guest module: {e}"))?;
-        let memory_image = read_memory_image(&engine, &instance_pre).await?;
+        let (memory_image, initial_sp) = read_memory_image(&engine, &instance_pre).await?;
+        let stack = initial_sp.saturating_sub(GUEST_STACK_BYTES)..initial_sp;
         Ok(Self {
             engine,
             instance_pre,
             initial_memory_bytes,
             memory_image,
+            stack,
             from_cache,
             stop_ticker,
         })
     }
 }
 
-/// Instantiates the module once and copies its initial linear memory.
-async fn read_memory_image(engine: &Engine, pre: &InstancePre<CellState>) -> Result<Vec<u8>> {
+/// Instantiates the module once; returns a copy of its initial linear
+/// memory and the initial value of its stack pointer.
+async fn read_memory_image(
+    engine: &Engine,
+    pre: &InstancePre<CellState>,
+) -> Result<(Vec<u8>, usize)> {
     let mut store = Store::new(engine, CellState::for_preinit());
     store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
     store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
@@ -167,7 +193,11 @@ async fn read_memory_image(engine: &Engine, pre: &InstancePre<CellState>) -> Res
     let memory = instance
         .get_memory(&mut store, "memory")
         .ok_or_else(|| anyhow!("the guest module exports no memory"))?;
-    Ok(memory.data(&store).to_vec())
+    let sp = instance
+        .get_global(&mut store, "__stack_pointer")
+        .and_then(|g| g.get(&mut store).i32())
+        .ok_or_else(|| anyhow!("the guest module exports no `__stack_pointer`"))?;
+    Ok((memory.data(&store).to_vec(), sp as u32 as usize))
 }
 
 fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> Result<()> {

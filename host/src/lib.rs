@@ -54,7 +54,6 @@ mod registry;
 mod result;
 mod runs;
 mod runtime;
-mod snapshot;
 mod source;
 mod state;
 pub mod tools;
@@ -81,6 +80,35 @@ pub mod testing {
     /// The embedded guest module as built (before pre-initialization).
     pub fn guest_wasm() -> &'static [u8] {
         crate::engine::GUEST_WASM
+    }
+
+    /// Timings of the process's latest checkpoint and restore.
+    #[derive(Debug, Clone, Copy)]
+    pub struct SuspendStats {
+        /// Garbage collection, memory diff and compression.
+        pub checkpoint: std::time::Duration,
+        /// Writing the parked run to the state store.
+        pub persist: std::time::Duration,
+        /// Compressed snapshot size in bytes.
+        pub snapshot_bytes: u64,
+        /// Uncompressed payload (changed pages and host state) in bytes.
+        pub payload_bytes: u64,
+        /// Decode, fresh instance, page writes and reseed.
+        pub restore: std::time::Duration,
+    }
+
+    /// Timings of the latest checkpoint and restore in this process.
+    pub fn last_suspend_stats() -> SuspendStats {
+        use crate::cell::stats::*;
+        use std::sync::atomic::Ordering::Relaxed;
+        use std::time::Duration;
+        SuspendStats {
+            checkpoint: Duration::from_nanos(CHECKPOINT_NANOS.load(Relaxed)),
+            persist: Duration::from_nanos(PERSIST_NANOS.load(Relaxed)),
+            snapshot_bytes: SNAPSHOT_BYTES.load(Relaxed),
+            payload_bytes: PAYLOAD_BYTES.load(Relaxed),
+            restore: Duration::from_nanos(RESTORE_NANOS.load(Relaxed)),
+        }
     }
 
     /// Checks the guest's module shape (one mutable global, fixed table,

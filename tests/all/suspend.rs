@@ -520,3 +520,21 @@ async fn fuel_is_per_call_and_restoring_costs_none() {
     // Settling one yield and returning: far below a fresh cell's start-up.
     assert!(fuel > 1_000 && fuel < 200_000, "{fuel}");
 }
+
+#[tokio::test]
+async fn deep_stack_use_before_and_after_a_checkpoint() {
+    // The dead part of the shadow stack is not stored; the cell must not
+    // notice.
+    let rt = runtime(Limits::default()).await;
+    let code = r#"
+        function depth(n) { return n === 0 ? 0 : 1 + depth(n - 1); }
+        const before = depth(3000);
+        const keep = { nested: [before, "kept"] };
+        await yield_control();
+        return [before, depth(3000), keep];
+    "#;
+    let r = rt.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    let r = rt.wait(WaitInput::new(id)).await;
+    assert_eq!(value(&r), json!([3000, 3000, {"nested": [3000, "kept"]}]));
+}

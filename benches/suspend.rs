@@ -1,0 +1,139 @@
+//! Suspension benchmarks: checkpoint and restore of parked cells.
+//!
+//! Each cell starts a tool call, then yields, so it parks with the call in
+//! flight; `wait` restores it and finishes. `checkpoint_*` and `restore_*`
+//! time only those steps (criterion's `iter_custom` with the timings the
+//! runtime records for its latest checkpoint and restore):
+//!
+//! - checkpoint = garbage collection + memory diff against the
+//!   pre-initialized image + zstd; `persist` (the state-store write) is
+//!   reported separately on stderr;
+//! - restore = snapshot decode and checks + fresh instance + page writes +
+//!   stack pointer + reseed.
+//!
+//! `exec_to_waiting` and `wait_to_completed` time whole calls (in-memory
+//! state store). Run with `cargo bench --bench suspend`.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use quickcell::testing::last_suspend_stats;
+use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
+use quickcell::{ExecInput, Limits, Runtime, ToolRegistry, WaitInput};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A tool that answers `{ok: true, n: 42}`.
+struct SlowTool;
+
+#[async_trait]
+impl Tool for SlowTool {
+    fn name(&self) -> &str {
+        "slowTool"
+    }
+    fn description(&self) -> &str {
+        "Answers after a while"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, _args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        Ok(json!({"ok": true, "n": 42}))
+    }
+}
+
+const ONE_TOOL: &str =
+    "const p = slowTool({q: 'hi'}); await yield_control(); const r = await p; return r.n;";
+
+/// About 20 MB of live objects (80,000 small records; the changed-page
+/// payload is printed).
+const HEAVY: &str = "const big = Array.from({length: 80000}, (_, i) => ({i, s: 'item ' + i, t: [i, i + 1]})); const p = slowTool({q: 'hi'}); await yield_control(); const r = await p; return r.n + big.length;";
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(SlowTool)).unwrap();
+    let runtime = rt
+        .block_on(
+            Runtime::builder()
+                .tools(registry)
+                .limits(
+                    Limits::default()
+                        .with_max_snapshot_bytes(256 << 20)
+                        .with_memory_limit_bytes(256 << 20),
+                )
+                .build(),
+        )
+        .unwrap();
+    // One park and resume; returns the stats of both.
+    let cycle = |code: &str| {
+        rt.block_on(async {
+            let parked = runtime.exec(ExecInput::new("bench", code)).await;
+            let run_id = parked
+                .run_id()
+                .unwrap_or_else(|| panic!("expected waiting: {}", parked.to_json()))
+                .to_string();
+            let parked_stats = last_suspend_stats();
+            let done = runtime.wait(WaitInput::new(run_id)).await;
+            assert_eq!(done.status(), "completed", "{}", done.to_json());
+            let mut stats = last_suspend_stats();
+            stats.checkpoint = parked_stats.checkpoint;
+            stats.persist = parked_stats.persist;
+            stats.snapshot_bytes = parked_stats.snapshot_bytes;
+            stats.payload_bytes = parked_stats.payload_bytes;
+            stats
+        })
+    };
+    for (name, code, samples) in [("one_tool", ONE_TOOL, 100), ("20mb", HEAVY, 10)] {
+        let s = cycle(code);
+        eprintln!(
+            "{name}: snapshot {} bytes compressed from {} bytes of changed pages, persist {:?}",
+            s.snapshot_bytes, s.payload_bytes, s.persist
+        );
+        let mut group = c.benchmark_group(format!("suspend_{name}"));
+        group.sample_size(samples);
+        group.bench_function("checkpoint", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| cycle(code).checkpoint).sum::<Duration>())
+        });
+        group.bench_function("restore", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| cycle(code).restore).sum::<Duration>())
+        });
+        group.finish();
+    }
+    c.bench_function("exec_to_waiting", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                rt.block_on(async {
+                    let start = std::time::Instant::now();
+                    let parked = runtime.exec(ExecInput::new("bench", ONE_TOOL)).await;
+                    total += start.elapsed();
+                    let id = parked.run_id().unwrap().to_string();
+                    runtime.wait(WaitInput::new(id)).await;
+                });
+            }
+            total
+        })
+    });
+    c.bench_function("wait_to_completed", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                rt.block_on(async {
+                    let parked = runtime.exec(ExecInput::new("bench", ONE_TOOL)).await;
+                    let id = parked.run_id().unwrap().to_string();
+                    let start = std::time::Instant::now();
+                    runtime.wait(WaitInput::new(id)).await;
+                    total += start.elapsed();
+                });
+            }
+            total
+        })
+    });
+}
+
+criterion_group!(suspend, benches);
+criterion_main!(suspend);
