@@ -158,3 +158,198 @@ fn corrupt_module_cache_is_rebuilt() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A fresh directory for state and fixtures.
+fn scratch() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quickcell-cli-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_run_parked_by_exec_is_resumed_by_wait_in_another_process() {
+    let dir = scratch();
+    let state = dir.join("state");
+    let state = state.to_str().unwrap();
+    let code = "text('one'); await yield_control(); text('two'); return 'done';";
+    let (status, v, _) = run_json(&["exec", "--state-dir", state, "--code", code]);
+    assert_eq!(status, 3, "waiting exits 3: {v}");
+    assert_eq!(v["status"], "waiting");
+    assert_eq!(v["output"][0]["text"], "one");
+    let run_id = v["runId"].as_str().unwrap().to_string();
+    let (status, v, _) = run_json(&["wait", "--state-dir", state, &run_id]);
+    assert_eq!((status, v["value"].clone()), (0, Value::from("done")));
+    assert_eq!(v["output"][0]["text"], "two");
+    let (status, v, _) = run_json(&["wait", "--state-dir", state, &run_id]);
+    assert_eq!(status, 1);
+    assert_eq!(v["error"], "code mode run is unavailable or expired.");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn run_waits_as_needed_and_prints_for_people() {
+    let dir = scratch();
+    let file = dir.join("cell.js");
+    std::fs::write(
+        &file,
+        "text('first'); await yield_control(); text('second'); return {n: 2};",
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let out = quickcell()
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(stdout, "first\nsecond\n=> completed: {\"n\":2}\n");
+    let out = quickcell()
+        .args([
+            "run",
+            "--json",
+            file.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["status"], "waiting");
+    assert_eq!(lines[1]["value"], serde_json::json!({"n": 2}));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A config with two command tools that nap for `seconds`, one of them
+/// replay-safe; each logs its executions to its own file in `dir`.
+fn nap_config(dir: &std::path::Path, seconds: &str) -> std::path::PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/nap.sh");
+    let tool = |name: &str, replay_safe: bool| {
+        format!(
+            "[[tools]]\nname = \"{name}\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"{seconds}\"]\nreplay_safe = {replay_safe}\ntimeout_ms = 20000\n\n",
+            script.display().to_string(),
+            dir.join(format!("{name}.log")).display().to_string(),
+        )
+    };
+    let config = format!(
+        "[limits]\ntimeout_ms = 400\n\n{}{}",
+        tool("nap_safe", true),
+        tool("nap_unsafe", false)
+    );
+    let path = dir.join("quickcell.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+const NAP_CELL: &str = "const [a, b] = await Promise.allSettled([nap_safe({q: 1}), nap_unsafe({q: 2})]); return [a.status, b.status, b.reason?.message ?? b.value];";
+
+fn runs_logged(dir: &std::path::Path, name: &str) -> usize {
+    std::fs::read_to_string(dir.join(format!("{name}.log")))
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// Waits the run until it is no longer waiting; returns the final result.
+fn wait_until_done(config: &str, state: &str, run_id: &str) -> (i32, Value) {
+    loop {
+        let (status, v, _) = run_json(&["wait", "--config", config, "--state-dir", state, run_id]);
+        if status != 3 {
+            return (status, v);
+        }
+    }
+}
+
+#[test]
+fn calls_settled_after_exec_parks_are_delivered_to_a_later_process() {
+    let dir = scratch();
+    let config = nap_config(&dir, "1");
+    let (config, state) = (config.to_str().unwrap(), dir.join("state"));
+    let state = state.to_str().unwrap();
+    // exec parks at its deadline, then stays until its calls settle.
+    let (status, v, _) = run_json(&[
+        "exec",
+        "--config",
+        config,
+        "--state-dir",
+        state,
+        "--code",
+        NAP_CELL,
+    ]);
+    assert_eq!(status, 3, "{v}");
+    assert_eq!(v["reason"], "pending_tools");
+    let run_id = v["runId"].as_str().unwrap().to_string();
+    let (status, v) = wait_until_done(config, state, &run_id);
+    assert_eq!(status, 0, "{v}");
+    assert_eq!(
+        v["value"],
+        serde_json::json!(["fulfilled", "fulfilled", {"napped": {"q": 2}}])
+    );
+    assert_eq!(
+        (
+            runs_logged(&dir, "nap_safe"),
+            runs_logged(&dir, "nap_unsafe")
+        ),
+        (1, 1)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_killed_host_replays_only_replay_safe_calls() {
+    use std::io::BufRead;
+    let dir = scratch();
+    let config = nap_config(&dir, "2");
+    let (config, state) = (config.to_str().unwrap(), dir.join("state"));
+    let state = state.to_str().unwrap();
+    let mut child = quickcell()
+        .args([
+            "exec",
+            "--config",
+            config,
+            "--state-dir",
+            state,
+            "--code",
+            NAP_CELL,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // The cell parked with both calls in flight: kill the host now.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["status"], "waiting", "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_string();
+    let (status, v) = wait_until_done(config, state, &run_id);
+    assert_eq!(status, 0, "{v}");
+    assert_eq!(v["value"][0], "fulfilled", "{v}");
+    assert_eq!(v["value"][1], "rejected", "{v}");
+    assert!(
+        v["value"][2]
+            .as_str()
+            .unwrap()
+            .contains("effect is unknown"),
+        "{v}"
+    );
+    assert_eq!(
+        runs_logged(&dir, "nap_safe"),
+        2,
+        "the replay-safe call ran again"
+    );
+    assert_eq!(runs_logged(&dir, "nap_unsafe"), 1, "the other did not");
+    std::fs::remove_dir_all(&dir).ok();
+}
