@@ -1,6 +1,17 @@
 //! Running one cell: admission checks, a fresh instance in its own `Store`,
-//! the guest's status, and the mapping of every way a call can end to the
-//! contract's result union.
+//! the boundary loop (dispatch, settle, run the guest again), parking and
+//! resuming, and the mapping of every way a call can end to the contract's
+//! result union.
+//!
+//! A call (`exec` or `wait`) ends in one of three ways: the cell completes,
+//! fails, or *parks*. It parks when a `yield` is pending, or when host work
+//! is still unsettled as the call's remaining budget reaches the resume
+//! margin ([`resume_margin`]). Parking collects garbage, encodes a snapshot
+//! (`quickcell-snapshot`: changed pages as XOR deltas, the stack pointer,
+//! and [`HostState`]), stores it in the state store and hands the bridge to
+//! the run registry, which keeps its requests running. `wait` claims the
+//! run, restores it into a fresh instance and continues the same loop. See
+//! `docs/decisions.md` (Suspension) for the decisions behind each step.
 //!
 //! How each limit ends a call (told apart by type, never by message text):
 //!

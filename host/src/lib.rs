@@ -22,8 +22,8 @@
 //!
 //! A cell is the body of an async function: top-level `await` and `return`
 //! work, and the returned value comes back after a safe projection to JSON.
-//! Results follow the contract's union (`completed` / `failed`, see
-//! [`CellResult`]), with output entries, telemetry (including the
+//! Results follow the contract's union (`completed` / `waiting` / `failed`,
+//! see [`CellResult`]), with output entries, telemetry (including the
 //! deterministic `fuelUsed`), `failurePhase` and `bridgeDispatchStarted`.
 //!
 //! # Design
@@ -37,6 +37,10 @@
 //!   fuel → `fuel_exhausted`, heap / linear-memory cap →
 //!   `memory_limit_exceeded`; deep recursion raises a catchable
 //!   `RangeError`. See the `cell` module docs for the exact mapping.
+//! - A cell that yields, or still waits on tools when its budget runs out,
+//!   parks as a linear-memory snapshot in a SQLite state store
+//!   ([`RuntimeBuilder::state_dir`]) and is resumed with [`Runtime::wait`] —
+//!   in this process, after a restart, or in another process.
 //! - Source is checked on the host before any guest code runs: shell-shaped
 //!   input, syntax errors (with `line:column`) and module access (`require`,
 //!   `import()`), using the oxc JavaScript parser.
