@@ -323,6 +323,15 @@ impl Bridge {
             || !self.yields.is_empty()
     }
 
+    /// Collects requests that finished since the last look (without
+    /// waiting), so they are delivered together with what is ready.
+    pub(crate) fn collect_finished(&mut self) {
+        while let Some(result) = self.in_flight.try_join_next() {
+            self.settled(result);
+        }
+        self.pump();
+    }
+
     /// Settlements ready for the guest, taken.
     pub(crate) fn take_ready(&mut self) -> Vec<Value> {
         std::mem::take(&mut self.ready)

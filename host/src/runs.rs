@@ -81,14 +81,21 @@ impl RunRegistry {
         let guard = SlotGuard {
             registry: self.clone(),
         };
-        let stored = self.store.count_runs(unix_ms())?;
+        let now = unix_ms();
+        for expired in self.store.purge_expired(now)? {
+            // Dropping an expired run's bridge cancels its requests.
+            self.live().remove(&expired);
+        }
+        let stored = self.store.count_runs(now)?;
         if held + stored >= MAX_SUSPENDED_RUNS {
             return Ok(None);
         }
         Ok(Some(guard))
     }
 
-    /// Hands a parked run's bridge to a drainer task.
+    /// Keeps a parked run's bridge. With a shared store a drainer task
+    /// records each settlement as it lands; otherwise the bridge waits idle
+    /// (its requests still run) for a `wait` in this process.
     pub(crate) fn keep_live(
         self: &Arc<Self>,
         run_id: &str,
@@ -96,6 +103,11 @@ impl RunRegistry {
         expires_at_ms: u64,
         mut bridge: Bridge,
     ) {
+        if !self.store.is_shared() {
+            self.live()
+                .insert(run_id.to_string(), LiveRun::Idle(bridge));
+            return;
+        }
         let stop = CancellationToken::new();
         let stop_after_tool_calls = CancellationToken::new();
         let store = self.store.clone();

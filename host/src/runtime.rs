@@ -9,7 +9,7 @@ use crate::input::{ExecInput, WaitInput};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, Telemetry};
 use crate::runs::RunRegistry;
-use crate::state::SqliteStateStore;
+use crate::state::{MemoryStateStore, SqliteStateStore, StateStore};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,7 +46,7 @@ impl RuntimeBuilder {
     /// Keeps parked runs in the SQLite state store in `dir` (created if
     /// missing), so they survive this process and can be resumed by any
     /// process that uses the same directory. Without it, parked runs live
-    /// in a private in-memory store and end with the runtime.
+    /// in this runtime's memory and end with it.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self
@@ -59,9 +59,14 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
-        let store = SqliteStateStore::open(self.state_dir.as_deref())
-            .map_err(|e| Error::StateStore(format!("{e:#}")))?;
-        let runs = Arc::new(RunRegistry::new(Arc::new(store)));
+        let store: Arc<dyn StateStore> = match &self.state_dir {
+            Some(dir) => Arc::new(
+                SqliteStateStore::open(Some(dir))
+                    .map_err(|e| Error::StateStore(format!("{e:#}")))?,
+            ),
+            None => Arc::new(MemoryStateStore::default()),
+        };
+        let runs = Arc::new(RunRegistry::new(store));
         let cell_tools = Arc::new(CellTools::new(
             self.tools.catalog(),
             self.tools.tools().clone(),

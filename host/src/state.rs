@@ -4,10 +4,10 @@
 //! The store is the source of truth for parked runs, so any process that
 //! opens the same state directory can `wait` a run another process parked,
 //! and a restarted host loses none. [`StateStore`] is the small interface
-//! the runtime needs; [`SqliteStateStore`] implements it over
+//! the runtime needs. [`SqliteStateStore`] implements it over
 //! `<state dir>/state.sqlite3` (WAL journal, `synchronous=NORMAL`, a 5 s
-//! busy timeout for concurrent processes), or over a private in-memory
-//! database when no directory is configured.
+//! busy timeout for concurrent processes); [`MemoryStateStore`] keeps runs
+//! in this process only, for runtimes without a state directory.
 //!
 //! A run row is `parked` (waiting for `wait`) or `resuming` (claimed by a
 //! `wait` in some process until `claimed_until`). Claiming is one
@@ -19,6 +19,7 @@
 //! been resumed once.
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -64,6 +65,9 @@ pub(crate) enum ClaimRefused {
 /// Storage of parked runs. Implementations must make [`StateStore::claim`]
 /// atomic across every host that shares the store.
 pub(crate) trait StateStore: Send + Sync {
+    /// Whether other processes (or a restarted host) can see these runs;
+    /// only then are settlements of parked runs worth recording.
+    fn is_shared(&self) -> bool;
     /// Stores (or replaces) a parked run in state `parked`.
     fn park(&self, run: &ParkedRun) -> anyhow::Result<()>;
     /// Claims a parked run for one `wait` until `claim_until_ms`.
@@ -101,6 +105,8 @@ pub const STATE_FILE: &str = "state.sqlite3";
 /// [`StateStore`] over SQLite.
 pub(crate) struct SqliteStateStore {
     conn: Mutex<Connection>,
+    /// Backed by a file (not an in-memory database).
+    shared: bool,
 }
 
 const SCHEMA: &str = "
@@ -125,7 +131,7 @@ CREATE TABLE IF NOT EXISTS settlements (
 
 impl SqliteStateStore {
     /// Opens (creating if needed) the store in `dir`, or a private
-    /// in-memory store when `dir` is `None`.
+    /// in-memory database when `dir` is `None` (used by tests).
     pub(crate) fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
         let conn = match dir {
             Some(dir) => {
@@ -146,6 +152,7 @@ impl SqliteStateStore {
         conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            shared: dir.is_some(),
         })
     }
 
@@ -161,6 +168,10 @@ fn to_i64(v: u64) -> i64 {
 }
 
 impl StateStore for SqliteStateStore {
+    fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
@@ -320,6 +331,143 @@ impl StateStore for SqliteStateStore {
     }
 }
 
+/// [`StateStore`] in this process's memory: runs end with the runtime.
+#[derive(Default)]
+pub(crate) struct MemoryStateStore {
+    runs: Mutex<HashMap<String, MemoryRun>>,
+}
+
+struct MemoryRun {
+    run: ParkedRun,
+    /// `Some(until)` while a `wait` holds it.
+    claimed_until_ms: Option<u64>,
+    settlements: Vec<(u64, u64, String)>,
+}
+
+impl MemoryStateStore {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, MemoryRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl StateStore for MemoryStateStore {
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
+        let mut runs = self.runs();
+        let settlements = runs
+            .remove(&run.run_id)
+            .map(|old| old.settlements)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(generation, _, _)| *generation >= run.generation)
+            .collect();
+        runs.insert(
+            run.run_id.clone(),
+            MemoryRun {
+                run: run.clone(),
+                claimed_until_ms: None,
+                settlements,
+            },
+        );
+        Ok(())
+    }
+
+    fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
+        let mut runs = self.runs();
+        let Some(entry) = runs.get_mut(run_id) else {
+            return Ok(Err(ClaimRefused::Unavailable));
+        };
+        let stale_claim = entry.claimed_until_ms.is_some_and(|c| c < now_ms);
+        if (entry.claimed_until_ms.is_none() && entry.run.expires_at_ms <= now_ms) || stale_claim {
+            runs.remove(run_id);
+            return Ok(Err(ClaimRefused::Unavailable));
+        }
+        if entry.run.owner.agent_run != owner.agent_run {
+            return Ok(Err(ClaimRefused::OtherAgentRun));
+        }
+        if entry.run.owner.session != owner.session {
+            return Ok(Err(ClaimRefused::OtherSession));
+        }
+        if entry.claimed_until_ms.is_some() {
+            return Ok(Err(ClaimRefused::Busy));
+        }
+        entry.claimed_until_ms = Some(claim_until_ms);
+        let generation = entry.run.generation;
+        Ok(Ok(Claimed {
+            generation,
+            snapshot: entry.run.snapshot.clone(),
+            settlements: entry
+                .settlements
+                .iter()
+                .filter(|(g, _, _)| *g == generation)
+                .map(|(_, _, s)| s.clone())
+                .collect(),
+        }))
+    }
+
+    fn unclaim(&self, run_id: &str) -> anyhow::Result<()> {
+        if let Some(entry) = self.runs().get_mut(run_id) {
+            entry.claimed_until_ms = None;
+        }
+        Ok(())
+    }
+
+    fn remove(&self, run_id: &str) -> anyhow::Result<()> {
+        self.runs().remove(run_id);
+        Ok(())
+    }
+
+    fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> anyhow::Result<()> {
+        if let Some(entry) = self.runs().get_mut(run_id) {
+            if entry.run.generation == generation {
+                entry
+                    .settlements
+                    .retain(|(g, id, _)| !(*g == generation && *id == request_id));
+                entry
+                    .settlements
+                    .push((generation, request_id, settlement.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize> {
+        self.purge_expired(now_ms)?;
+        Ok(self.runs().len())
+    }
+
+    fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>> {
+        let mut runs = self.runs();
+        let expired: Vec<String> = runs
+            .iter()
+            .filter(|(_, e)| match e.claimed_until_ms {
+                Some(until) => until < now_ms,
+                None => e.run.expires_at_ms <= now_ms,
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            runs.remove(id);
+        }
+        Ok(expired)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,9 +489,21 @@ mod tests {
         }
     }
 
+    fn stores() -> Vec<Box<dyn StateStore>> {
+        vec![
+            Box::new(SqliteStateStore::open(None).unwrap()),
+            Box::new(MemoryStateStore::default()),
+        ]
+    }
+
     #[test]
     fn claim_checks_in_the_contract_order() {
-        let store = SqliteStateStore::open(None).unwrap();
+        for store in stores() {
+            claim_order(&*store);
+        }
+    }
+
+    fn claim_order(store: &dyn StateStore) {
         store.park(&parked("r1", 1_000)).unwrap();
         let claim = |o: &Owner, now| store.claim("r1", o, now, now + 100).unwrap();
         assert_eq!(
@@ -375,7 +535,12 @@ mod tests {
 
     #[test]
     fn unclaim_makes_a_run_waitable_again() {
-        let store = SqliteStateStore::open(None).unwrap();
+        for store in stores() {
+            unclaim(&*store);
+        }
+    }
+
+    fn unclaim(store: &dyn StateStore) {
         store.park(&parked("r1", 10_000)).unwrap();
         store
             .claim("r1", &owner("a", "s"), 1, 100)
