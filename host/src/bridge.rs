@@ -453,7 +453,8 @@ impl Bridge {
                     ));
                     return true;
                 };
-                let replay_safe = tool.replay_safe();
+                // The catalog's mark: only trusted host tools carry it.
+                let replay_safe = prepared.replay_safe;
                 if self.restart_safe && !replay_safe {
                     self.ready
                         .push(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));

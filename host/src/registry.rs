@@ -1,11 +1,19 @@
 //! The runtime's tools and the catalog built from them.
 //!
-//! Tools come from three places, cataloged as trusted `host` tools:
+//! Host tools come from three places, cataloged as trusted `host` tools:
 //! the built-in workspace tools (`read`, `ls`, `find`, `grep`; catalog
 //! source `core`, only when a workspace root is configured), tools
 //! registered from Rust (source `core`), and command tools declared in the
 //! config (`[[tools]]`; plugin source `commands`). Names are unique across
 //! all of them.
+//!
+//! *Client* tools ([`ToolRegistry::add_client`]) are supplied by the
+//! caller the runtime serves and are untrusted: their descriptions never
+//! reach a prompt, their schemas are not read for hints (`input` is
+//! `"unknown"`) and are shown only by `describe()`. A client tool may share
+//! its exact name with a host tool and then shadows it (the host tool is
+//! neither searchable nor callable); among client tools the later one wins.
+//! A runtime serves one tool set: build a runtime per client tool set.
 
 use crate::config::Config;
 use crate::error::Error;
@@ -26,14 +34,20 @@ enum Origin {
 /// The tools a runtime offers to its cells, in registration order.
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
-    tools: ToolSet,
+    /// Host tools (unique names), in registration order.
+    host: ToolSet,
     origins: Vec<Origin>,
+    /// Client tools, in registration order (names may repeat).
+    clients: Vec<Arc<dyn Tool>>,
+    /// What calls reach: host tools not shadowed, then the winning client
+    /// tool of each name.
+    effective: ToolSet,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.tools.iter().map(|t| t.name().to_string()))
+            .entries(self.effective.iter().map(|t| t.name().to_string()))
             .finish()
     }
 }
@@ -73,23 +87,65 @@ impl ToolRegistry {
         self.add_with_origin(tool, Origin::Core)
     }
 
-    fn add_with_origin(&mut self, tool: Arc<dyn Tool>, origin: Origin) -> Result<(), Error> {
-        self.tools
-            .register(tool)
-            .map_err(|e| Error::Config(e.to_string()))?;
-        self.origins.push(origin);
+    /// Adds an untrusted client tool (see the module docs); it shadows a
+    /// host tool or an earlier client tool of the same name.
+    pub fn add_client(&mut self, tool: Arc<dyn Tool>) -> Result<(), Error> {
+        if tool.name().is_empty() {
+            return Err(Error::Config("a tool name must not be empty".into()));
+        }
+        self.clients.push(tool);
+        self.effective = self.effective_tools();
         Ok(())
     }
 
-    /// The registered tools.
+    fn add_with_origin(&mut self, tool: Arc<dyn Tool>, origin: Origin) -> Result<(), Error> {
+        self.host
+            .register(tool)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        self.origins.push(origin);
+        self.effective = self.effective_tools();
+        Ok(())
+    }
+
+    /// The winning client tool of each name, in registration order of the
+    /// winners.
+    fn client_winners(&self) -> Vec<&Arc<dyn Tool>> {
+        let mut last = std::collections::HashMap::new();
+        for (i, tool) in self.clients.iter().enumerate() {
+            last.insert(tool.name(), i);
+        }
+        self.clients
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| last[t.name()] == *i)
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    fn effective_tools(&self) -> ToolSet {
+        let winners = self.client_winners();
+        let mut set = ToolSet::new();
+        for tool in self.host.iter() {
+            if !winners.iter().any(|w| w.name() == tool.name()) {
+                set.register(tool.clone()).expect("host names are unique");
+            }
+        }
+        for tool in winners {
+            set.register(tool.clone()).expect("winners are unique");
+        }
+        set
+    }
+
+    /// The tools calls reach: host tools (except those a client tool
+    /// shadows), then client tools.
     pub fn tools(&self) -> &ToolSet {
-        &self.tools
+        &self.effective
     }
 
     /// Builds the tool catalog (search index, callable names, hints).
     pub fn catalog(&self) -> Catalog {
         let mut builder = Catalog::builder();
-        for (tool, origin) in self.tools.iter().zip(&self.origins) {
+        for (tool, origin) in self.host.iter().zip(&self.origins) {
             let mut spec = ToolSpec::new(tool.name(), tool.description())
                 .with_input_schema(tool.input_schema());
             if let Some(output) = tool.output_schema() {
@@ -102,6 +158,14 @@ impl ToolRegistry {
                 Origin::Core => builder.core(spec),
                 Origin::Command => builder.plugin(COMMAND_TOOLS_SOURCE, false, spec),
             };
+        }
+        for tool in self.client_winners() {
+            let mut spec = ToolSpec::new(tool.name(), tool.description())
+                .with_input_schema(tool.input_schema());
+            if let Some(output) = tool.output_schema() {
+                spec = spec.with_output_schema(output);
+            }
+            builder = builder.client(spec);
         }
         builder.build()
     }

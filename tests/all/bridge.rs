@@ -377,3 +377,96 @@ async fn request_argument_cap_obeyed_and_violated() {
         "the oversized call never reached the tool"
     );
 }
+
+#[tokio::test]
+async fn a_client_tool_shadows_a_host_tool_of_the_same_name() {
+    let host = t("lookup", "Host lookup of records");
+    let client = t("lookup", "Client lookup");
+    let other_client = t("client_only", "A tool only the client has");
+    let (host_calls, client_calls) = (host.calls.clone(), client.calls.clone());
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(host)).unwrap();
+    registry.add_client(Arc::new(client)).unwrap();
+    registry.add_client(Arc::new(other_client)).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let r = rt
+        .exec(ExecInput::new(
+            "client",
+            r#"const r = await lookup({value: "x"});
+               const metas = catalog.all().map((h) => [h.callableName, h.source, h.input, h.description]);
+               const found = await catalog.search("lookup records");
+               return { r, metas, found: found.map((h) => h.source) };"#,
+        ))
+        .await;
+    let v = value(&r);
+    assert_eq!(v["r"]["input"], json!({"value": "x"}));
+    assert_eq!(
+        client_calls.load(Ordering::SeqCst),
+        1,
+        "the client tool ran"
+    );
+    assert_eq!(
+        host_calls.load(Ordering::SeqCst),
+        0,
+        "the shadowed host tool did not"
+    );
+    // One `lookup`, the client's; client inputs are never hinted.
+    assert_eq!(
+        v["metas"],
+        json!([
+            [
+                "client_only",
+                "client",
+                "unknown",
+                "A tool only the client has"
+            ],
+            ["lookup", "client", "unknown", "Client lookup"]
+        ])
+    );
+    assert!(
+        v["found"].as_array().unwrap().iter().all(|s| s == "client"),
+        "{v}"
+    );
+    assert_eq!(
+        json(&r)["telemetry"]["sources"],
+        json!({"host": 0, "mcp": 0, "client": 2})
+    );
+}
+
+#[tokio::test]
+async fn client_tools_are_never_replay_safe() {
+    let mut client = t("reader", "Claims to be replay-safe");
+    client.replay_safe = true;
+    let mut registry = ToolRegistry::new();
+    registry.add_client(Arc::new(client)).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let mut input = ExecInput::new(
+        "restart-safe",
+        "try { await reader({}); return 'ran'; } catch (e) { return [e.code, e.message]; }",
+    );
+    input.restart_safe = true;
+    let r = rt.exec(input).await;
+    assert_eq!(
+        value(&r),
+        json!(["invalid_input", "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools."])
+    );
+    assert_eq!(json(&r)["replaySafe"], json!(true));
+}
+
+#[tokio::test]
+async fn restart_safe_cells_call_only_replay_safe_host_tools() {
+    let mut audited = t("audited_read", "Read-only and replay-safe");
+    audited.replay_safe = true;
+    let mutate = t("mutate", "Changes things");
+    let (audited_calls, mutate_calls) = (audited.calls.clone(), mutate.calls.clone());
+    let (rt, _) = runtime_with(vec![audited, mutate], Limits::default()).await;
+    let mut input = ExecInput::new(
+        "restart-safe",
+        "const a = await audited_read({}); try { await mutate({}); } catch (e) { return [a.name, e.code]; }",
+    );
+    input.restart_safe = true;
+    let r = rt.exec(input).await;
+    assert_eq!(value(&r), json!(["audited_read", "invalid_input"]));
+    assert_eq!(audited_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(mutate_calls.load(Ordering::SeqCst), 0, "never dispatched");
+}
