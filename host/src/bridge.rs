@@ -127,8 +127,27 @@ pub(crate) struct Bridge {
     ready: Vec<Value>,
     yields: Vec<u64>,
     outstanding: BTreeMap<u64, Outstanding>,
+    /// Largest settlement value delivered to the guest, in bytes of JSON.
+    reply_inbox_bytes: usize,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
+}
+
+/// Bytes of `value` as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Milliseconds since the Unix epoch.
@@ -164,7 +183,44 @@ impl Bridge {
             ready: Vec::new(),
             yields: Vec::new(),
             outstanding: BTreeMap::new(),
+            reply_inbox_bytes: usize::MAX,
             dispatch_started: false,
+        }
+    }
+
+    /// Caps each settlement value at `bytes` of JSON (the cell's reply
+    /// inbox, contract §6: `min(memoryLimitBytes, maxSnapshotBytes)`). A
+    /// larger search result rejects with guidance to narrow the query; a
+    /// larger tool result rejects with `tool_error`. Neither is cut.
+    pub(crate) fn with_reply_inbox(mut self, bytes: usize) -> Self {
+        self.reply_inbox_bytes = bytes;
+        self
+    }
+
+    /// Replaces a successful settlement whose value would overflow the
+    /// reply inbox with an error.
+    fn fit_inbox(&self, settlement: Value, method: &str) -> Value {
+        if settlement["ok"] != Value::Bool(true) {
+            return settlement;
+        }
+        let size = json_size(&settlement["value"]);
+        if size <= self.reply_inbox_bytes {
+            return settlement;
+        }
+        let id = settlement["id"].as_u64().unwrap_or(0);
+        let cap = self.reply_inbox_bytes;
+        if method == "search" {
+            err(
+                id,
+                format!("catalog.search found more matching tools than the reply inbox holds ({size} bytes of metadata; at most {cap}). Narrow the query or pass a smaller limit."),
+                "invalid_input",
+            )
+        } else {
+            err(
+                id,
+                format!("the result of this call is {size} bytes of JSON; the cell's reply inbox holds at most {cap} bytes. Ask the tool for less data."),
+                "tool_error",
+            )
         }
     }
 
@@ -212,7 +268,8 @@ impl Bridge {
             });
             bridge.outstanding.insert(id, request);
         }
-        bridge.pump();
+        // Dispatch starts with the caller's next `collect_finished`, after
+        // it has set the reply inbox.
         bridge
     }
 
@@ -391,8 +448,9 @@ impl Bridge {
                 let query = args["query"].as_str().unwrap_or("");
                 let limit = args.get("limit").filter(|v| !v.is_null());
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
-                self.ready
-                    .push(ok(id, serde_json::to_value(metas).unwrap_or(Value::Null)));
+                let settlement = ok(id, serde_json::to_value(metas).unwrap_or(Value::Null));
+                let settlement = self.fit_inbox(settlement, "search");
+                self.ready.push(settlement);
                 true
             }
             "describe" => {
@@ -546,9 +604,12 @@ impl Bridge {
     fn settled(&mut self, result: Result<Value, tokio::task::JoinError>) {
         match result {
             Ok(settlement) => {
+                let mut settlement = settlement;
                 if let Some(id) = settlement["id"].as_u64() {
                     self.tokens.remove(&id);
-                    self.outstanding.remove(&id);
+                    if let Some(request) = self.outstanding.remove(&id) {
+                        settlement = self.fit_inbox(settlement, &request.method);
+                    }
                 }
                 self.ready.push(settlement);
             }

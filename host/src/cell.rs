@@ -220,7 +220,8 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
             env.tools.clone(),
             env.limits.max_pending_tool_calls as usize,
             input.restart_safe,
-        ),
+        )
+        .with_reply_inbox(env.limits.reply_inbox_bytes()),
         run_id: None,
         owner: input.owner.clone(),
         generation: 0,
@@ -396,6 +397,7 @@ async fn restore(
                 host.bridge,
                 recorded,
             )
+            .with_reply_inbox(env.limits.reply_inbox_bytes())
         }
     };
     bridge.release_yields();

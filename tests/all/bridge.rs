@@ -470,3 +470,47 @@ async fn restart_safe_cells_call_only_replay_safe_host_tools() {
     assert_eq!(audited_calls.load(Ordering::SeqCst), 1);
     assert_eq!(mutate_calls.load(Ordering::SeqCst), 0, "never dispatched");
 }
+
+#[tokio::test]
+async fn replies_larger_than_the_reply_inbox_reject_instead_of_cutting() {
+    // The reply inbox is min(memoryLimitBytes, maxSnapshotBytes) = 1,024 bytes.
+    let tools: Vec<T> = (0..20)
+        .map(|i| {
+            t(
+                &format!("widget_tool_{i:02}"),
+                "Makes widgets of every kind",
+            )
+        })
+        .collect();
+    let (rt, _) = runtime_with(tools, Limits::default().with_max_snapshot_bytes(1024)).await;
+    let r = rt
+        .exec(ExecInput::new(
+            "inbox",
+            r#"let many;
+               try { await catalog.search("widgets", {limit: 20}); many = "delivered"; }
+               catch (e) { many = [e.code, e.message]; }
+               const one = await catalog.search("widgets", {limit: 1});
+               let big;
+               try { await widget_tool_00({value: "v".repeat(2000)}); big = "delivered"; }
+               catch (e) { big = [e.code, e.message]; }
+               const small = await widget_tool_00({value: "ok"});
+               return { many, one: one.length, big, small: small.input.value };"#,
+        ))
+        .await;
+    let v = value(&r);
+    assert_eq!(v["many"][0], "invalid_input");
+    assert!(
+        v["many"][1].as_str().unwrap().contains("Narrow the query"),
+        "{v}"
+    );
+    assert_eq!(v["one"], 1);
+    assert_eq!(v["big"][0], "tool_error");
+    assert!(
+        v["big"][1]
+            .as_str()
+            .unwrap()
+            .contains("reply inbox holds at most 1024 bytes"),
+        "{v}"
+    );
+    assert_eq!(v["small"], "ok");
+}
