@@ -536,7 +536,15 @@
     );
   }
 
+  // `API.read(path)`: virtual declaration files served by the host.
+  const apiObject = freeze({
+    read(path) {
+      return hostRequest("apiRead", { path: StringCtor(path) });
+    },
+  });
+
   installGlobal("catalog", catalogObject);
+  installGlobal("API", apiObject);
   installGlobal("setTimeout", setTimeoutImpl);
   installGlobal("clearTimeout", clearTimeoutImpl);
   installGlobal("yield_control", yieldControl);

@@ -11,7 +11,8 @@
 //!
 //! Request methods (guest → host, JSON arguments):
 //! `callValue {callable, input}`, `search {query, limit}`,
-//! `describe {callable}`, `sleep {ms}`, `yield {reason}`.
+//! `describe {callable}`, `apiRead {path}` (`API.read`), `sleep {ms}`,
+//! `yield {reason}`.
 //! Settlements (host → guest): `{"id":N,"ok":true,"value":..}` or
 //! `{"id":N,"ok":false,"error":{"message":..,"code":..}}`.
 //!
@@ -450,6 +451,16 @@ impl Bridge {
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
                 let settlement = ok(id, serde_json::to_value(metas).unwrap_or(Value::Null));
                 let settlement = self.fit_inbox(settlement, "search");
+                self.ready.push(settlement);
+                true
+            }
+            "apiRead" => {
+                let path = args["path"].as_str().unwrap_or("");
+                let settlement = match tools.catalog.api_read(&tools.projection, path) {
+                    Ok(text) => ok(id, Value::String(text)),
+                    Err(e) => catalog_err(id, e),
+                };
+                let settlement = self.fit_inbox(settlement, "apiRead");
                 self.ready.push(settlement);
                 true
             }

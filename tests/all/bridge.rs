@@ -514,3 +514,45 @@ async fn replies_larger_than_the_reply_inbox_reject_instead_of_cutting() {
     );
     assert_eq!(v["small"], "ok");
 }
+
+#[tokio::test]
+async fn api_read_serves_declaration_files() {
+    let (rt, _) = runtime_with(
+        vec![t("fake_create_ticket", "Create a fake ticket")],
+        Limits::default(),
+    )
+    .await;
+    let r = rt
+        .exec(ExecInput::new(
+            "api",
+            r#"const results = await API.read("results.d.ts");
+               const tool = await API.read("tools/fake_create_ticket.d.ts");
+               const errors = [];
+               for (const p of ["tools/../results.d.ts", "nope.d.ts"]) {
+                 try { await API.read(p); } catch (e) { errors.push(e.message); }
+               }
+               return { results: results.includes("declare namespace results"), tool, errors, type: typeof API.read };"#,
+        ))
+        .await;
+    let v = value(&r);
+    assert_eq!(v["results"], true);
+    assert!(
+        v["tool"].as_str().unwrap().contains("fake_create_ticket"),
+        "{v}"
+    );
+    assert!(
+        v["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("invalid API file path"),
+        "{v}"
+    );
+    assert!(
+        v["errors"][1]
+            .as_str()
+            .unwrap()
+            .contains("Unknown API file: nope.d.ts"),
+        "{v}"
+    );
+    assert_eq!(v["type"], "function");
+}
