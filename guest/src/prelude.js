@@ -368,6 +368,7 @@
   const PromiseCtor = Promise;
   const ErrorCtor = Error;
   const TypeErrorCtor = TypeError;
+  const RangeErrorCtor = RangeError;
   const pending = new MapCtor(); // request id -> { resolve, reject }
 
   function hostRequest(method, args) {
@@ -382,7 +383,11 @@
   }
 
   function bridgeError(error) {
-    const e = new ErrorCtor(typeof error.message === "string" ? error.message : "tool failed");
+    const message = typeof error.message === "string" ? error.message : "tool failed";
+    // Session-store limits and key rules surface as the standard classes.
+    const Ctor =
+      error.code === "store_range" ? RangeErrorCtor : error.code === "store_type" ? TypeErrorCtor : ErrorCtor;
+    const e = new Ctor(message);
     if (typeof error.code === "string") defineData(e, "code", error.code);
     defineData(e, "effectStatus", "unknown");
     return e;
@@ -543,8 +548,51 @@
     },
   });
 
+  // Session store (contract §8.8): values are detached JSON copies, writes
+  // are buffered by the host and committed when the cell completes.
+  function storeKeyError(key) {
+    if (typeof key !== "string" || key.length < 1 || key.length > 256) {
+      const e = new TypeErrorCtor("store keys must be strings of 1 to 256 characters");
+      defineData(e, "code", "store_type");
+      return e;
+    }
+    return null;
+  }
+
+  function store(key, value) {
+    const bad = storeKeyError(key);
+    if (bad !== null) return new PromiseCtor((_, reject) => reject(bad));
+    const args =
+      value === undefined
+        ? '{"key":' + stringify(key) + ',"delete":true}'
+        : '{"key":' + stringify(key) + ',"value":' + projectedJson(value) + "}";
+    return promiseThen(hostRequestRaw("storeSet", args), () => undefined);
+  }
+
+  function load(key) {
+    const bad = storeKeyError(key);
+    if (bad !== null) return new PromiseCtor((_, reject) => reject(bad));
+    return promiseThen(hostRequest("storeGet", { key }), (r) => (r.found ? r.value : undefined));
+  }
+
+  // Saved results (contract §8.9).
+  const resultsObject = freeze({
+    save(value) {
+      return hostRequestRaw("resultSave", '{"value":' + projectedJson(value) + "}");
+    },
+    load(id) {
+      return hostRequest("resultLoad", { id: StringCtor(id) });
+    },
+    delete(id) {
+      return hostRequest("resultDelete", { id: StringCtor(id) });
+    },
+  });
+
   installGlobal("catalog", catalogObject);
   installGlobal("API", apiObject);
+  installGlobal("store", store);
+  installGlobal("load", load);
+  installGlobal("results", resultsObject);
   installGlobal("setTimeout", setTimeoutImpl);
   installGlobal("clearTimeout", clearTimeoutImpl);
   installGlobal("yield_control", yieldControl);

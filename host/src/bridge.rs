@@ -85,6 +85,21 @@ impl CellTools {
     }
 }
 
+/// Largest session-store value, in bytes of compact JSON (contract §8.8).
+pub(crate) const MAX_STORE_VALUE_BYTES: usize = 262_144;
+/// Largest sum of a session's stored values, in bytes (contract §8.8).
+pub(crate) const MAX_STORE_TOTAL_BYTES: usize = 1_048_576;
+/// Longest session-store key, in UTF-16 code units (contract §8.8).
+pub(crate) const MAX_STORE_KEY_UNITS: usize = 256;
+
+/// Saved results an agent run may hold (contract §8.9).
+pub(crate) const MAX_SAVED_RESULTS: usize = 64;
+/// Message of a missing or expired saved result.
+pub(crate) const RESULT_UNAVAILABLE: &str =
+    "Code Mode result is unavailable or expired; fetch fresh data if needed.";
+/// Message of a full results store.
+pub(crate) const RESULTS_FULL: &str = "Code Mode results capacity exceeded; delete saved references or save a smaller value. Existing references are unchanged.";
+
 /// Message of a restart-safe cell calling a tool that is not replay-safe.
 pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools.";
 
@@ -115,6 +130,17 @@ pub(crate) struct BridgeState {
     /// Held `yield` requests.
     pub yields: Vec<u64>,
     pub dispatch_started: bool,
+    /// Buffered session-store writes (`None` deletes), committed when the
+    /// cell completes.
+    #[serde(default)]
+    pub store_writes: BTreeMap<String, Option<String>>,
+}
+
+/// The session and agent run a cell's `store` / `load` / `results` reach.
+#[derive(Clone)]
+pub(crate) struct SessionAccess {
+    pub state: Arc<dyn crate::state::StateStore>,
+    pub owner: crate::state::Owner,
 }
 
 /// The bridge state of one cell: its requests, queued, running and settled.
@@ -130,25 +156,32 @@ pub(crate) struct Bridge {
     outstanding: BTreeMap<u64, Outstanding>,
     /// Largest settlement value delivered to the guest, in bytes of JSON.
     reply_inbox_bytes: usize,
+    session: Option<SessionAccess>,
+    store_writes: BTreeMap<String, Option<String>>,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
 }
 
-/// Bytes of `value` as compact JSON, counted without building the text.
-fn json_size(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
+/// Saves `value` as a result of `agent_run` if capacity allows: at most
+/// [`MAX_SAVED_RESULTS`] entries and `capacity_bytes` bytes of JSON in all.
+/// Returns the descriptor JSON, or the contract's message when full.
+pub(crate) fn save_result(
+    state: &dyn crate::state::StateStore,
+    agent_run: &str,
+    value: &Value,
+    capacity_bytes: usize,
+) -> anyhow::Result<Result<Value, String>> {
+    let json = value.to_string();
+    let (count, bytes) = state.result_usage(agent_run)?;
+    if count >= MAX_SAVED_RESULTS || bytes + json.len() > capacity_bytes {
+        return Ok(Err(RESULTS_FULL.to_string()));
     }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
+    let id = format!("result_{}", uuid::Uuid::new_v4());
+    let described = crate::results_describe::describe(value);
+    state.result_save(agent_run, &id, &json)?;
+    Ok(Ok(crate::results_describe::descriptor_json(
+        &id, &described,
+    )))
 }
 
 /// Milliseconds since the Unix epoch.
@@ -185,8 +218,21 @@ impl Bridge {
             yields: Vec::new(),
             outstanding: BTreeMap::new(),
             reply_inbox_bytes: usize::MAX,
+            session: None,
+            store_writes: BTreeMap::new(),
             dispatch_started: false,
         }
+    }
+
+    /// Gives the cell its session store and saved results.
+    pub(crate) fn with_session(mut self, session: SessionAccess) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// The buffered session-store writes, taken (to commit them).
+    pub(crate) fn take_store_writes(&mut self) -> Vec<(String, Option<String>)> {
+        std::mem::take(&mut self.store_writes).into_iter().collect()
     }
 
     /// Caps each settlement value at `bytes` of JSON (the cell's reply
@@ -204,7 +250,7 @@ impl Bridge {
         if settlement["ok"] != Value::Bool(true) {
             return settlement;
         }
-        let size = json_size(&settlement["value"]);
+        let size = crate::output::json_len(&settlement["value"]);
         if size <= self.reply_inbox_bytes {
             return settlement;
         }
@@ -237,6 +283,7 @@ impl Bridge {
     ) -> Self {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
+        bridge.store_writes = state.store_writes;
         bridge.ready = state.ready;
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
@@ -281,6 +328,7 @@ impl Bridge {
             ready: self.ready.clone(),
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
+            store_writes: self.store_writes.clone(),
         }
     }
 
@@ -454,6 +502,17 @@ impl Bridge {
                 self.ready.push(settlement);
                 true
             }
+            "resultSave" | "resultLoad" | "resultDelete" => {
+                let settlement = self.saved_results(id, &request.method, &args);
+                let settlement = self.fit_inbox(settlement, &request.method);
+                self.ready.push(settlement);
+                true
+            }
+            "storeSet" | "storeGet" => {
+                let settlement = self.session_store(id, &request.method, &args);
+                self.ready.push(settlement);
+                true
+            }
             "apiRead" => {
                 let path = args["path"].as_str().unwrap_or("");
                 let settlement = match tools.catalog.api_read(&tools.projection, path) {
@@ -570,6 +629,161 @@ impl Bridge {
                 ));
                 true
             }
+        }
+    }
+
+    /// The session the cell's `store` / `load` reach, or the error a
+    /// request gets when there is none.
+    fn session_for(&self, what: &str) -> Result<SessionAccess, String> {
+        if self.restart_safe {
+            return Err(format!(
+                "{what} is unavailable in restart-safe code mode: it cannot be replayed safely."
+            ));
+        }
+        match &self.session {
+            Some(s) if !s.owner.session.is_empty() || what.starts_with("results") => Ok(s.clone()),
+            _ => Err(format!(
+                "{what} needs a session: this run has no bound session (set one with --session or Owner::session)."
+            )),
+        }
+    }
+
+    /// `resultSave {value}`, `resultLoad {id}`, `resultDelete {id}`.
+    fn saved_results(&mut self, id: u64, method: &str, args: &Value) -> Value {
+        let session = match self.session_for("results") {
+            Ok(s) => s,
+            Err(message) => return err(id, message, "invalid_input"),
+        };
+        let run = &session.owner.agent_run;
+        let unavailable = |e: anyhow::Error| {
+            err(
+                id,
+                format!("the results store is unavailable: {e:#}"),
+                "tool_error",
+            )
+        };
+        match method {
+            "resultSave" => {
+                let value = args.get("value").cloned().unwrap_or(Value::Null);
+                match save_result(&*session.state, run, &value, self.reply_inbox_bytes) {
+                    Ok(Ok(descriptor)) => ok(id, descriptor),
+                    Ok(Err(message)) => err(id, message, "invalid_input"),
+                    Err(e) => unavailable(e),
+                }
+            }
+            "resultLoad" => {
+                let key = args["id"].as_str().unwrap_or("");
+                match session.state.result_load(run, key) {
+                    Ok(Some(json)) => match serde_json::from_str::<Value>(&json) {
+                        Ok(value) => ok(id, value),
+                        Err(e) => err(
+                            id,
+                            format!("a saved result is unreadable: {e}"),
+                            "tool_error",
+                        ),
+                    },
+                    Ok(None) => err(id, RESULT_UNAVAILABLE, "invalid_input"),
+                    Err(e) => unavailable(e),
+                }
+            }
+            _ => {
+                let key = args["id"].as_str().unwrap_or("");
+                match session.state.result_delete(run, key) {
+                    Ok(true) => ok(id, Value::Bool(true)),
+                    Ok(false) => err(id, RESULT_UNAVAILABLE, "invalid_input"),
+                    Err(e) => unavailable(e),
+                }
+            }
+        }
+    }
+
+    /// `storeSet {key, value | delete}` and `storeGet {key}`.
+    fn session_store(&mut self, id: u64, method: &str, args: &Value) -> Value {
+        let session = match self.session_for("the session store") {
+            Ok(s) => s,
+            Err(message) => return err(id, message, "invalid_input"),
+        };
+        let Some(key) = args["key"].as_str() else {
+            return err(
+                id,
+                "store keys must be strings of 1 to 256 characters",
+                "store_type",
+            );
+        };
+        let units = key.encode_utf16().count();
+        if units == 0 || units > MAX_STORE_KEY_UNITS {
+            return err(
+                id,
+                "store keys must be strings of 1 to 256 characters",
+                "store_type",
+            );
+        }
+        let name = &session.owner.session;
+        let committed = |k: &str| session.state.store_get(name, k);
+        if method == "storeGet" {
+            let found = match self.store_writes.get(key) {
+                Some(buffered) => Ok(buffered.clone()),
+                None => committed(key),
+            };
+            return match found {
+                Ok(Some(json)) => match serde_json::from_str::<Value>(&json) {
+                    Ok(value) => ok(id, json!({"found": true, "value": value})),
+                    Err(e) => err(
+                        id,
+                        format!("a stored value is unreadable: {e}"),
+                        "tool_error",
+                    ),
+                },
+                Ok(None) => ok(id, json!({"found": false})),
+                Err(e) => err(
+                    id,
+                    format!("the session store is unavailable: {e:#}"),
+                    "tool_error",
+                ),
+            };
+        }
+        let value = if args["delete"] == Value::Bool(true) {
+            None
+        } else {
+            Some(args.get("value").unwrap_or(&Value::Null).to_string())
+        };
+        if let Some(v) = &value {
+            if v.len() > MAX_STORE_VALUE_BYTES {
+                return err(
+                    id,
+                    format!("store value is {} bytes of JSON; at most {MAX_STORE_VALUE_BYTES} bytes fit. Nothing was stored.", v.len()),
+                    "store_range",
+                );
+            }
+        }
+        // The projected total: committed values, with this cell's buffered
+        // writes (and this one) in place of what they replace.
+        let projected = (|| -> anyhow::Result<usize> {
+            let mut total = session.state.store_total_bytes(name)?;
+            let mut pending: Vec<(&str, Option<&String>)> = self
+                .store_writes
+                .iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .map(|(k, v)| (k.as_str(), v.as_ref()))
+                .collect();
+            pending.push((key, value.as_ref()));
+            for (k, v) in pending {
+                total = total.saturating_sub(committed(k)?.map_or(0, |c| c.len()));
+                total += v.map_or(0, |v| v.len());
+            }
+            Ok(total)
+        })();
+        match projected {
+            Ok(total) if total > MAX_STORE_TOTAL_BYTES => err(
+                id,
+                format!("the session store would hold {total} bytes of values; at most {MAX_STORE_TOTAL_BYTES} bytes fit. Nothing was stored."),
+                "store_range",
+            ),
+            Ok(_) => {
+                self.store_writes.insert(key.to_string(), value);
+                ok(id, Value::Null)
+            }
+            Err(e) => err(id, format!("the session store is unavailable: {e:#}"), "tool_error"),
         }
     }
 

@@ -30,7 +30,7 @@
 //! module-access message, in phase `guest` (the guest had started).
 
 use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
-use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools};
+use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools, SessionAccess};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
 use crate::engine::SharedEngine;
@@ -51,6 +51,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline, Val};
+
+/// Warning of a completed cell whose store writes could not be committed.
+pub(crate) const STORE_COMMIT_UNCONFIRMED: &str = "Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply.";
 
 /// Message of a cell whose promise can never settle.
 pub(crate) const PENDING_WITHOUT_HOST_WORK: &str = "code mode promise is pending without host work";
@@ -221,7 +224,11 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
             env.limits.max_pending_tool_calls as usize,
             input.restart_safe,
         )
-        .with_reply_inbox(env.limits.reply_inbox_bytes()),
+        .with_reply_inbox(env.limits.reply_inbox_bytes())
+        .with_session(SessionAccess {
+            state: env.runs.store.clone(),
+            owner: input.owner.clone(),
+        }),
         run_id: None,
         owner: input.owner.clone(),
         generation: 0,
@@ -398,6 +405,13 @@ async fn restore(
                 recorded,
             )
             .with_reply_inbox(env.limits.reply_inbox_bytes())
+            .with_session(SessionAccess {
+                state: env.runs.store.clone(),
+                owner: Owner {
+                    agent_run: host.agent_run.clone(),
+                    session: host.session.clone(),
+                },
+            })
         }
     };
     bridge.release_yields();
@@ -548,6 +562,16 @@ impl LiveCell {
     /// Ends the cell: fits the result into the remaining output budget and
     /// forgets the run.
     fn end(mut self, env: &CellEnv<'_>, ending: Ending) -> CellResult {
+        let mut warnings = Vec::new();
+        // Store writes are committed once, atomically, iff the cell
+        // completed; any other ending discards them.
+        let writes = self.bridge.take_store_writes();
+        if matches!(ending, Ending::Completed { .. }) && !writes.is_empty() {
+            if let Err(e) = env.runs.store.store_commit(&self.owner.session, &writes) {
+                tracing::warn!(error = %e, "session store commit failed");
+                warnings.push(STORE_COMMIT_UNCONFIRMED.to_string());
+            }
+        }
         let telemetry = self.telemetry(env);
         let output = std::mem::take(&mut self.store.data_mut().output);
         let dispatch_started = self.bridge.dispatch_started;
@@ -558,10 +582,31 @@ impl LiveCell {
         }
         let replay_safe = self.replay_safe();
         let budget = self.max_output.saturating_sub(self.delivered);
+        // Only a value over half the budget can be cut (§10.2).
+        let oversized = match &ending {
+            Ending::Completed { value_json } if value_json.len() > budget / 2 => {
+                Some(value_json.clone())
+            }
+            _ => None,
+        };
+        let restart_safe = self.restart_safe;
+        let owner = self.owner.clone();
         release_in_background(self.store);
         let mut result = finish(ending, output, budget, dispatch_started, telemetry);
         match &mut result {
-            CellResult::Completed(c) => c.replay_safe = replay_safe,
+            CellResult::Completed(c) => {
+                c.replay_safe = replay_safe;
+                c.warnings = warnings;
+                if let Some(original) = oversized {
+                    let reference = AutoReference {
+                        state: &*env.runs.store,
+                        agent_run: &owner.agent_run,
+                        capacity_bytes: env.limits.reply_inbox_bytes(),
+                        restart_safe,
+                    };
+                    reference.apply(c, &original, budget);
+                }
+            }
             CellResult::Failed(f) => f.replay_safe = replay_safe,
             CellResult::Waiting(w) => w.replay_safe = replay_safe,
         }
@@ -755,6 +800,72 @@ pub(crate) mod stats {
 /// latency.
 fn release_in_background(store: Store<CellState>) {
     tokio::spawn(async move { drop(store) });
+}
+
+/// Automatic references (contract §10.4): a final array or object that had
+/// to be cut is saved as a result, and the value becomes
+/// `{truncated: true, reference: <descriptor>, guidance}`; when it cannot
+/// be kept, the truncation marker's guidance says why ("Not retained: …").
+struct AutoReference<'a> {
+    state: &'a dyn crate::state::StateStore,
+    agent_run: &'a str,
+    capacity_bytes: usize,
+    restart_safe: bool,
+}
+
+/// Guidance of a value replaced by an automatic reference.
+const REFERENCE_GUIDANCE: &str = "Output truncated; the full value was saved. Load it in a later cell with await results.load(reference.id).";
+
+impl AutoReference<'_> {
+    fn apply(&self, completed: &mut Completed, original: &str, budget: usize) {
+        if completed.value["truncated"] != Value::Bool(true) {
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(original) else {
+            return;
+        };
+        if !(value.is_array() || value.is_object()) {
+            return; // plain strings and scalars never get a reference
+        }
+        let used_output: usize = completed.output.iter().map(output::json_len).sum();
+        let allowance = budget.saturating_sub(used_output);
+        let not_retained =
+            |guidance: &str| output::truncation_marker_with_guidance(original, allowance, guidance);
+        let replacement = if self.restart_safe {
+            not_retained("Not retained in restart-safe mode. Return less data.")
+        } else if output::json_len(&value) > self.capacity_bytes {
+            not_retained("Not retained: result exceeds the data allowance. Return less data.")
+        } else {
+            match crate::bridge::save_result(self.state, self.agent_run, &value, self.capacity_bytes) {
+                Ok(Ok(descriptor)) => {
+                    let id = descriptor["id"].as_str().unwrap_or_default().to_string();
+                    let marker = serde_json::json!({
+                        "truncated": true,
+                        "reference": descriptor,
+                        "guidance": REFERENCE_GUIDANCE,
+                    });
+                    if output::json_len(&marker) <= allowance {
+                        Some(marker)
+                    } else {
+                        let _ = self.state.result_delete(self.agent_run, &id);
+                        not_retained("Not retained: reference exceeds output budget. Return less data.")
+                    }
+                }
+                Ok(Err(_full)) => not_retained(
+                    "Not retained: result-store capacity exceeded. Delete references or return less data.",
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot save an automatic reference");
+                    not_retained(
+                        "Not retained: result-store capacity exceeded. Delete references or return less data.",
+                    )
+                }
+            }
+        };
+        if let Some(marker) = replacement {
+            completed.value = marker;
+        }
+    }
 }
 
 fn bridge_failure(error: String) -> Ending {

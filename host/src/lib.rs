@@ -56,6 +56,7 @@ mod input;
 mod output;
 mod registry;
 mod result;
+mod results_describe;
 mod runs;
 mod runtime;
 mod source;

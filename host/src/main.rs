@@ -1,7 +1,7 @@
 //! The `quickcell` command-line interface.
 
 use clap::{Args, Parser, Subcommand};
-use quickcell::{CellResult, Config, ExecInput, Runtime, ToolRegistry, WaitInput};
+use quickcell::{CellResult, Config, ExecInput, Owner, Runtime, ToolRegistry, WaitInput};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,9 +47,23 @@ struct CatalogArgs {
 
 #[derive(Args)]
 struct StateArgs {
-    /// Directory of the state store that keeps parked runs.
+    /// Directory of the state store that keeps parked runs, the session
+    /// store and saved results.
     #[arg(long, value_name = "DIR", default_value = ".quickcell")]
     state_dir: PathBuf,
+    /// The session the cell belongs to: its `store`/`load` values, and the
+    /// only session that may `wait` it.
+    #[arg(long, value_name = "ID", default_value = "default")]
+    session: String,
+}
+
+impl StateArgs {
+    fn owner(&self) -> Owner {
+        Owner {
+            agent_run: String::new(),
+            session: self.session.clone(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -250,7 +264,8 @@ async fn exec(args: ExecArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let result = runtime.exec(ExecInput::new(title, source)).await;
+    let input = ExecInput::new(title, source).with_owner(args.state.owner());
+    let result = runtime.exec(input).await;
     report(&runtime, result).await
 }
 
@@ -259,7 +274,8 @@ async fn wait(args: WaitArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let result = runtime.wait(WaitInput::new(args.run_id)).await;
+    let input = WaitInput::new(args.run_id).with_owner(args.state.owner());
+    let result = runtime.wait(input).await;
     report(&runtime, result).await
 }
 
@@ -294,7 +310,10 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let mut result = runtime.exec(ExecInput::new(title, source)).await;
+    let owner = args.state.owner();
+    let mut result = runtime
+        .exec(ExecInput::new(title, source).with_owner(owner.clone()))
+        .await;
     loop {
         if args.json {
             println!("{}", result.to_json());
@@ -304,6 +323,8 @@ async fn run(args: RunArgs) -> ExitCode {
         let Some(run_id) = result.run_id() else {
             return exit_status(&result);
         };
-        result = runtime.wait(WaitInput::new(run_id)).await;
+        result = runtime
+            .wait(WaitInput::new(run_id).with_owner(owner.clone()))
+            .await;
     }
 }

@@ -201,6 +201,21 @@ pub fn safe_cut_utf8(s: &str, max_bytes: usize) -> &str {
 /// with the longest prefix that keeps the serialized marker within
 /// `allowance` bytes. `None` if not even an empty prefix fits.
 pub fn truncation_marker(item_json: &str, allowance: usize) -> Option<Value> {
+    truncation_marker_with_guidance(item_json, allowance, TRUNCATION_GUIDANCE)
+}
+
+/// [`truncation_marker`] with another `guidance` text (the automatic
+/// reference's "Not retained: …" cases, contract §10.4).
+pub fn truncation_marker_with_guidance(
+    item_json: &str,
+    allowance: usize,
+    guidance: &str,
+) -> Option<Value> {
+    let marker = |omitted: usize, prefix: &str| {
+        let mut m = marker(omitted, prefix);
+        m["guidance"] = Value::String(guidance.to_string());
+        m
+    };
     let total = item_json.len();
     // Marker bytes without the digits of omittedBytes and the prefix text.
     let base = json_len(&marker(0, "")) - 1;

@@ -38,7 +38,7 @@ enum LiveRun {
         stop_after_tool_calls: CancellationToken,
         task: JoinHandle<Option<Bridge>>,
     },
-    Idle(Bridge),
+    Idle(Box<Bridge>),
 }
 
 /// Slots, live bridges and the state store of one runtime.
@@ -105,7 +105,7 @@ impl RunRegistry {
     ) {
         if !self.store.is_shared() {
             self.live()
-                .insert(run_id.to_string(), LiveRun::Idle(bridge));
+                .insert(run_id.to_string(), LiveRun::Idle(Box::new(bridge)));
             return;
         }
         let stop = CancellationToken::new();
@@ -157,7 +157,7 @@ impl RunRegistry {
     pub(crate) async fn take_live(&self, run_id: &str) -> Option<Bridge> {
         let live = self.live().remove(run_id)?;
         match live {
-            LiveRun::Idle(bridge) => Some(bridge),
+            LiveRun::Idle(bridge) => Some(*bridge),
             LiveRun::Draining { stop, task, .. } => {
                 stop.cancel();
                 task.await.ok().flatten()
@@ -168,7 +168,7 @@ impl RunRegistry {
     /// Returns a bridge taken by a `wait` that was refused.
     pub(crate) fn put_back(&self, run_id: &str, bridge: Bridge) {
         self.live()
-            .insert(run_id.to_string(), LiveRun::Idle(bridge));
+            .insert(run_id.to_string(), LiveRun::Idle(Box::new(bridge)));
     }
 
     /// Waits until no parked run of this process has a tool call queued or
@@ -188,7 +188,7 @@ impl RunRegistry {
             };
             stop_after_tool_calls.cancel();
             if let Ok(Some(bridge)) = task.await {
-                self.live().insert(id, LiveRun::Idle(bridge));
+                self.live().insert(id, LiveRun::Idle(Box::new(bridge)));
             }
         }
     }

@@ -97,6 +97,26 @@ pub(crate) trait StateStore: Send + Sync {
     /// Removes runs expired at `now_ms` and claims abandoned before it;
     /// returns their ids.
     fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>>;
+
+    /// A committed session-store value (compact JSON).
+    fn store_get(&self, session: &str, key: &str) -> anyhow::Result<Option<String>>;
+    /// Sum of the committed value sizes of a session, in bytes.
+    fn store_total_bytes(&self, session: &str) -> anyhow::Result<usize>;
+    /// Commits a cell's buffered writes (`None` deletes) in one atomic step.
+    fn store_commit(
+        &self,
+        session: &str,
+        writes: &[(String, Option<String>)],
+    ) -> anyhow::Result<()>;
+
+    /// Saves a result of an agent run.
+    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()>;
+    /// A saved result's JSON.
+    fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>>;
+    /// Deletes a saved result; whether it existed.
+    fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool>;
+    /// Number of saved results and their total bytes.
+    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)>;
 }
 
 /// Name of the database file inside the state directory.
@@ -119,6 +139,18 @@ CREATE TABLE IF NOT EXISTS runs (
     expires_at_ms INTEGER NOT NULL,
     claimed_until_ms INTEGER,
     snapshot BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS session_store (
+    session TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (session, key)
+);
+CREATE TABLE IF NOT EXISTS results (
+    agent_run TEXT NOT NULL,
+    id TEXT NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (agent_run, id)
 );
 CREATE TABLE IF NOT EXISTS settlements (
     run_id TEXT NOT NULL,
@@ -329,12 +361,99 @@ impl StateStore for SqliteStateStore {
         tx.commit()?;
         Ok(ids)
     }
+
+    fn store_get(&self, session: &str, key: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT value FROM session_store WHERE session = ?1 AND key = ?2",
+                params![session, key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn store_total_bytes(&self, session: &str) -> anyhow::Result<usize> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COALESCE(SUM(LENGTH(CAST(value AS BLOB))), 0) FROM session_store WHERE session = ?1",
+            params![session],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+
+    fn store_commit(
+        &self,
+        session: &str,
+        writes: &[(String, Option<String>)],
+    ) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (key, value) in writes {
+            match value {
+                Some(v) => tx.execute(
+                    "INSERT OR REPLACE INTO session_store (session, key, value) VALUES (?1, ?2, ?3)",
+                    params![session, key, v],
+                )?,
+                None => tx.execute(
+                    "DELETE FROM session_store WHERE session = ?1 AND key = ?2",
+                    params![session, key],
+                )?,
+            };
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()> {
+        self.conn().execute(
+            "INSERT INTO results (agent_run, id, json) VALUES (?1, ?2, ?3)",
+            params![agent_run, id, json],
+        )?;
+        Ok(())
+    }
+
+    fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT json FROM results WHERE agent_run = ?1 AND id = ?2",
+                params![agent_run, id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool> {
+        let n = self.conn().execute(
+            "DELETE FROM results WHERE agent_run = ?1 AND id = ?2",
+            params![agent_run, id],
+        )?;
+        Ok(n > 0)
+    }
+
+    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)> {
+        let (n, bytes): (i64, i64) = self.conn().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(json AS BLOB))), 0) FROM results WHERE agent_run = ?1",
+            params![agent_run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((n as usize, bytes as usize))
+    }
 }
 
 /// [`StateStore`] in this process's memory: runs end with the runtime.
 #[derive(Default)]
 pub(crate) struct MemoryStateStore {
     runs: Mutex<HashMap<String, MemoryRun>>,
+    /// (session, key) → value.
+    session_store: Mutex<HashMap<(String, String), String>>,
+    /// (agent run, id) → JSON.
+    results: Mutex<HashMap<(String, String), String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct MemoryRun {
@@ -465,6 +584,59 @@ impl StateStore for MemoryStateStore {
             runs.remove(id);
         }
         Ok(expired)
+    }
+
+    fn store_get(&self, session: &str, key: &str) -> anyhow::Result<Option<String>> {
+        Ok(lock(&self.session_store)
+            .get(&(session.to_string(), key.to_string()))
+            .cloned())
+    }
+
+    fn store_total_bytes(&self, session: &str) -> anyhow::Result<usize> {
+        Ok(lock(&self.session_store)
+            .iter()
+            .filter(|((s, _), _)| s == session)
+            .map(|(_, v)| v.len())
+            .sum())
+    }
+
+    fn store_commit(
+        &self,
+        session: &str,
+        writes: &[(String, Option<String>)],
+    ) -> anyhow::Result<()> {
+        let mut store = lock(&self.session_store);
+        for (key, value) in writes {
+            let k = (session.to_string(), key.clone());
+            match value {
+                Some(v) => store.insert(k, v.clone()),
+                None => store.remove(&k),
+            };
+        }
+        Ok(())
+    }
+
+    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()> {
+        lock(&self.results).insert((agent_run.to_string(), id.to_string()), json.to_string());
+        Ok(())
+    }
+
+    fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>> {
+        Ok(lock(&self.results)
+            .get(&(agent_run.to_string(), id.to_string()))
+            .cloned())
+    }
+
+    fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool> {
+        Ok(lock(&self.results)
+            .remove(&(agent_run.to_string(), id.to_string()))
+            .is_some())
+    }
+
+    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)> {
+        let results = lock(&self.results);
+        let mine = results.iter().filter(|((a, _), _)| a == agent_run);
+        Ok(mine.fold((0, 0), |(n, b), (_, v)| (n + 1, b + v.len())))
     }
 }
 

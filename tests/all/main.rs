@@ -8,6 +8,7 @@ mod exec;
 mod limits;
 mod output;
 mod source;
+mod store;
 mod suspend;
 mod wit;
 
