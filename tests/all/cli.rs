@@ -353,3 +353,54 @@ fn a_killed_host_replays_only_replay_safe_calls() {
     assert_eq!(runs_logged(&dir, "nap_unsafe"), 1, "the other did not");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn sessions_scope_the_store_and_who_may_wait() {
+    let dir = scratch();
+    let state = dir.join("state");
+    let state = state.to_str().unwrap();
+    let (status, v, _) = run_json(&[
+        "exec",
+        "--state-dir",
+        state,
+        "--session",
+        "alpha",
+        "--code",
+        "await store('greeting', 'hello'); await yield_control(); return await load('greeting');",
+    ]);
+    assert_eq!(status, 3, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_string();
+    let (status, v, _) = run_json(&["wait", "--state-dir", state, "--session", "beta", &run_id]);
+    assert_eq!(
+        (status, v["error"].clone()),
+        (
+            1,
+            Value::from("code mode run belongs to a different session.")
+        )
+    );
+    let (status, v, _) = run_json(&["wait", "--state-dir", state, "--session", "alpha", &run_id]);
+    assert_eq!((status, v["value"].clone()), (0, Value::from("hello")));
+    // Committed: a later process of the same session loads it; another session does not.
+    let load = "return (await load('greeting')) ?? 'missing'";
+    let (_, v, _) = run_json(&[
+        "exec",
+        "--state-dir",
+        state,
+        "--session",
+        "alpha",
+        "--code",
+        load,
+    ]);
+    assert_eq!(v["value"], "hello");
+    let (_, v, _) = run_json(&[
+        "exec",
+        "--state-dir",
+        state,
+        "--session",
+        "beta",
+        "--code",
+        load,
+    ]);
+    assert_eq!(v["value"], "missing");
+    std::fs::remove_dir_all(&dir).ok();
+}
