@@ -59,6 +59,7 @@ mod result;
 mod results_describe;
 mod runs;
 mod runtime;
+mod serve;
 mod source;
 mod state;
 pub mod tools;

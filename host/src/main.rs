@@ -29,6 +29,9 @@ enum Command {
     /// human-readable account (`--json`: every call's raw result, one JSON
     /// line each). Exit status as `exec`, never 3.
     Run(RunArgs),
+    /// Serves `exec` and `wait` as MCP tools: over stdio (default), or over
+    /// streamable HTTP at `http://ADDR/mcp` with `--http ADDR`.
+    Serve(ServeArgs),
     /// Searches the tool catalog and prints the ranked hits as JSON.
     Search(SearchArgs),
     /// Prints the directory of deferred tools (names and descriptions).
@@ -94,6 +97,17 @@ struct RunArgs {
 }
 
 #[derive(Args)]
+struct ServeArgs {
+    /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8765).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Args)]
 struct SearchArgs {
     /// What to look for, in words.
     query: String,
@@ -149,6 +163,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => runtime.block_on(exec(args)),
         Command::Wait(args) => runtime.block_on(wait(args)),
         Command::Run(args) => runtime.block_on(run(args)),
+        Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Search(args) => search(args),
         Command::Tools(args) => tools(args),
     }
@@ -326,5 +341,23 @@ async fn run(args: RunArgs) -> ExitCode {
         result = runtime
             .wait(WaitInput::new(run_id).with_owner(owner.clone()))
             .await;
+    }
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
+        Ok(r) => std::sync::Arc::new(r),
+        Err(code) => return code,
+    };
+    let served = match args.http {
+        Some(addr) => runtime.serve_mcp_http(addr).await,
+        None => runtime.serve_mcp_stdio().await,
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quickcell: {e}");
+            ExitCode::from(1)
+        }
     }
 }

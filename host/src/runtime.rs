@@ -126,6 +126,21 @@ impl Runtime {
         }
     }
 
+    /// The description of the `exec` tool a model sees: how cells work,
+    /// then the bounded quick index of tool globals (contract §8.2).
+    pub fn exec_description(&self) -> String {
+        let index = self
+            .cell_tools
+            .catalog
+            .quick_index(&self.cell_tools.projection);
+        format!(
+            "Run JavaScript (the body of an async function: top-level await and return work) in a sandbox whose tools are async globals, e.g. `const r = await read({{path: \"README.md\"}}); return r;`. \
+Use text(v) / json(v) / console.log to emit output, catalog.search(query) to find more tools (results are callable), store/load for session values, results.save/load for large data. \
+The result is {{status: completed | waiting | failed}}; a waiting cell is resumed with wait({{runId}}). \
+In the index, `-> ?` means the output shape is unknown: return it raw (or await results.save(value)) and inspect it in a later cell before relying on guessed fields.\n\n{index}"
+        )
+    }
+
     fn env<'a>(&'a self, telemetry: &'a (dyn Fn() -> Telemetry + Sync)) -> CellEnv<'a> {
         CellEnv {
             shared: &self.shared,
@@ -183,5 +198,57 @@ impl Runtime {
             Ok(input) => self.exec(input).await,
             Err(message) => cell::input_failure(message, self.telemetry()),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::serve::CellService for Runtime {
+    /// An MCP session is both the agent run and the session of its cells.
+    async fn exec(&self, session: &str, args: serde_json::Value) -> serde_json::Value {
+        let owner = crate::state::Owner {
+            agent_run: session.to_string(),
+            session: session.to_string(),
+        };
+        let result = match ExecInput::from_json(&args) {
+            Ok(input) => self.exec(input.with_owner(owner)).await,
+            Err(message) => cell::input_failure(message, self.telemetry()),
+        };
+        serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
+    }
+
+    async fn wait(&self, session: &str, args: serde_json::Value) -> serde_json::Value {
+        let owner = crate::state::Owner {
+            agent_run: session.to_string(),
+            session: session.to_string(),
+        };
+        let result = match WaitInput::from_json(&args) {
+            Ok(input) => self.wait(input.with_owner(owner)).await,
+            Err(message) => cell::input_failure(message, self.telemetry()),
+        };
+        serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
+    }
+
+    fn exec_description(&self) -> String {
+        Runtime::exec_description(self)
+    }
+}
+
+impl Runtime {
+    /// Serves `exec` and `wait` as MCP tools over stdin/stdout until the
+    /// client closes stdin. Each connection is one MCP session: its parked
+    /// runs and session values are its own.
+    pub async fn serve_mcp_stdio(self: Arc<Self>) -> Result<(), Error> {
+        crate::serve::serve_stdio(self)
+            .await
+            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over stdio: {e:#}")))
+    }
+
+    /// Serves `exec` and `wait` as MCP tools over streamable HTTP at
+    /// `http://ADDR/mcp` until the process ends. Each MCP session is its
+    /// own scope.
+    pub async fn serve_mcp_http(self: Arc<Self>, addr: std::net::SocketAddr) -> Result<(), Error> {
+        crate::serve::serve_http(self, addr)
+            .await
+            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over HTTP: {e:#}")))
     }
 }

@@ -6,6 +6,7 @@ mod catalog;
 mod cli;
 mod exec;
 mod limits;
+mod mcp;
 mod output;
 mod source;
 mod store;

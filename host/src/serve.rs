@@ -1,0 +1,547 @@
+//! MCP front end: serves quickcell's two operations, `exec` and `wait`, as MCP
+//! tools over stdio or streamable HTTP, using `rmcp` (the official Rust MCP SDK).
+//!
+//! # What clients see
+//!
+//! - `initialize` / `server/discover` answer with server name `quickcell`, this
+//!   crate's version, the `tools` capability only, and a one-sentence
+//!   instruction.
+//! - `tools/list` returns exactly two tools: `exec` (its description comes from
+//!   [`CellService::exec_description`], the quick index of tools) and `wait`.
+//!   Their input schemas are fixed here ([`exec_input_schema`],
+//!   [`wait_input_schema`]).
+//! - `tools/call` for `exec` or `wait` hands the raw `arguments` object (`{}`
+//!   when absent) to [`CellService`], which validates it and returns the
+//!   result object. The tool result carries that object twice: as one text
+//!   content block holding its compact JSON, and as `structuredContent`.
+//!   `isError` is `true` exactly when the object's `"status"` is `"failed"`.
+//!   Any other tool name, and `tools/call` params that do not parse (say,
+//!   `arguments` that is not an object), are a JSON-RPC `-32602` (invalid
+//!   params) error. A panic inside the service becomes a JSON-RPC `-32603`
+//!   (internal error) for that call alone; the server keeps serving.
+//!
+//! # Session scoping
+//!
+//! [`CellService`] receives a session id, `mcp-<uuid v4>`, with every call, so
+//! parked runs (and whatever else quickcell keys by session) belong to one MCP
+//! session:
+//!
+//! - stdio: one id for the process's one connection;
+//! - streamable HTTP: rmcp's session manager builds one handler per MCP
+//!   session (created by `initialize`, named by the `Mcp-Session-Id` header),
+//!   and each handler draws its own id when it is created.
+//!
+//! Protocol revision 2026-07-28 has no sessions. Over HTTP the server
+//! therefore offers only revisions up to 2025-11-25, so every HTTP client
+//! goes through `initialize` and is its own scope: parked runs and session
+//! values are never shared between clients. (Should a sessionless request
+//! reach a handler anyway, it uses one id drawn per [`serve_http`] call.)
+//! Over stdio the connection is the scope whatever the revision.
+//!
+//! # Transports and robustness
+//!
+//! - [`serve_stdio`] reads newline-delimited JSON-RPC from stdin and writes to
+//!   stdout until the client closes stdin. Nothing else may write to stdout:
+//!   logs go to stderr. rmcp answers well-formed JSON that is not a valid
+//!   message with `-32600` (invalid request) and, like the other official
+//!   SDKs, ignores lines that are not JSON at all. Notifications and
+//!   responses sent before the client's first `initialize` (or 2026-07-28
+//!   request) are dropped here: rmcp would end the connection on them.
+//! - [`serve_http`] serves the streamable HTTP transport at `/mcp` until the
+//!   process is killed. A POST body that is not JSON gets HTTP 400 with a
+//!   JSON-RPC `-32700` (parse error); JSON that is not a valid JSON-RPC
+//!   message gets HTTP 400 with `-32600`; a body over
+//!   [`MAX_REQUEST_BODY_BYTES`] gets HTTP 413 with `-32600`. Everything else
+//!   is rmcp's: `Host` header checks against loopback names (DNS-rebinding
+//!   protection), `Accept`/`Content-Type` checks, sessions that end after
+//!   [`HTTP_SESSION_IDLE_TIMEOUT`] without traffic.
+//!
+//! Nothing here panics: schemas are built without unwrapping, and the service
+//! runs in its own task so that its panic is caught.
+
+use std::{
+    future::Future,
+    net::SocketAddr,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use axum::{
+    body::Body,
+    http::{header, Method, Request, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage,
+        ClientRequest, CustomRequest, CustomResult, ErrorCode, GetMeta as _, Implementation,
+        InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+        ServerJsonRpcMessage, Tool,
+    },
+    service::{RequestContext, ServerInitializeError},
+    transport::{
+        async_rw::AsyncRwTransport, streamable_http_server::session::local::LocalSessionManager,
+        StreamableHttpServerConfig, StreamableHttpService, Transport,
+    },
+    ErrorData, RoleServer, ServerHandler, ServiceExt as _,
+};
+use serde_json::{json, Value};
+
+/// What the MCP server needs from quickcell.
+#[async_trait::async_trait]
+pub(crate) trait CellService: Send + Sync + 'static {
+    /// Runs `exec` with raw MCP arguments for the given MCP session id; returns the result JSON object.
+    async fn exec(&self, session: &str, args: serde_json::Value) -> serde_json::Value;
+    /// Runs `wait` likewise.
+    async fn wait(&self, session: &str, args: serde_json::Value) -> serde_json::Value;
+    /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
+    fn exec_description(&self) -> String;
+}
+
+/// The server's `instructions`, sent with `initialize` and `server/discover`.
+const INSTRUCTIONS: &str =
+    "Use exec to run JavaScript that calls tools, and wait to resume a parked cell by its runId.";
+
+/// The `wait` tool's description.
+const WAIT_DESCRIPTION: &str = "Resumes a parked cell. When exec (or an earlier wait) returns \
+{\"status\":\"waiting\",\"runId\":...}, the cell was checkpointed while its tool calls keep \
+running; call wait with that runId to restore it, deliver what settled meanwhile and continue. \
+Only the session that started the run may wait it. Returns the same result union as exec: \
+completed, waiting again, or failed.";
+
+/// Largest HTTP request body accepted, in bytes (rmcp's default, stated here
+/// because the malformed-request check buffers the body too).
+pub(crate) const MAX_REQUEST_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long an HTTP MCP session may go without traffic before rmcp closes it.
+/// rmcp's default is 5 minutes, shorter than a parked cell's lifetime (15
+/// minutes by default, at most a day): a client coming back later to `wait`
+/// would find its session, and with it its session id, gone. One day covers
+/// the longest `snapshot_ttl_seconds`.
+pub(crate) const HTTP_SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The `exec` tool's input schema.
+pub(crate) fn exec_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "description": "Short intent, 3–7 words; display only."},
+            "code": {
+                "type": "string",
+                "description": "JavaScript: the body of an async function. Top-level await and return work."
+            },
+            "restartSafe": {"type": "boolean"},
+            "awaitResults": {"type": "boolean"}
+        },
+        "required": ["title", "code"],
+        "additionalProperties": false
+    })
+}
+
+/// The `wait` tool's input schema.
+pub(crate) fn wait_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "runId": {"type": "string", "description": "The runId of a waiting result."}
+        },
+        "required": ["runId"],
+        "additionalProperties": false
+    })
+}
+
+/// A fresh MCP session id: `mcp-` and a random UUID.
+fn new_session_id() -> Arc<str> {
+    format!("mcp-{}", uuid::Uuid::new_v4()).into()
+}
+
+/// A schema value as the JSON object rmcp's [`Tool`] holds (an empty object
+/// for a non-object, which the schemas above never are).
+fn schema_object(schema: Value) -> Arc<JsonObject> {
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// The two operations a tool call can name.
+#[derive(Clone, Copy, Debug)]
+enum Operation {
+    Exec,
+    Wait,
+}
+
+impl Operation {
+    /// The operation a tool name names, if any.
+    fn from_tool_name(name: &str) -> Option<Self> {
+        match name {
+            "exec" => Some(Self::Exec),
+            "wait" => Some(Self::Wait),
+            _ => None,
+        }
+    }
+
+    /// The tool name.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Exec => "exec",
+            Self::Wait => "wait",
+        }
+    }
+}
+
+/// The MCP tool result for a quickcell result object: its compact JSON as the
+/// one text block, the object as `structuredContent`, and `isError` when its
+/// `status` is `failed`.
+fn tool_result(result: Value) -> CallToolResult {
+    let failed = result.get("status").and_then(Value::as_str) == Some("failed");
+    if failed {
+        CallToolResult::structured_error(result)
+    } else {
+        CallToolResult::structured(result)
+    }
+}
+
+/// The rmcp handler: one per stdio connection, one per HTTP MCP session (and
+/// one per sessionless HTTP request).
+struct McpServer<S> {
+    service: Arc<S>,
+    /// This handler's own session id, drawn when it is created.
+    session: Arc<str>,
+    /// Set once this handler has answered `initialize`, i.e. it is bound to a
+    /// (pre-2026-07-28) MCP session and lives as long as that session.
+    initialized: AtomicBool,
+    /// HTTP only: the id shared by requests served without an MCP session.
+    sessionless: Option<Arc<str>>,
+}
+
+impl<S: CellService> McpServer<S> {
+    /// A handler with a fresh session id.
+    fn new(service: Arc<S>, sessionless: Option<Arc<str>>) -> Self {
+        Self {
+            service,
+            session: new_session_id(),
+            initialized: AtomicBool::new(false),
+            sessionless,
+        }
+    }
+
+    /// The session id to hand to the service for a call on this handler.
+    fn scope(&self) -> Arc<str> {
+        match &self.sessionless {
+            Some(shared) if !self.initialized.load(Ordering::Acquire) => shared.clone(),
+            _ => self.session.clone(),
+        }
+    }
+
+    /// The tool definition of one operation.
+    fn tool(&self, operation: Operation) -> Tool {
+        match operation {
+            Operation::Exec => Tool::new(
+                "exec",
+                self.service.exec_description(),
+                schema_object(exec_input_schema()),
+            ),
+            Operation::Wait => {
+                Tool::new("wait", WAIT_DESCRIPTION, schema_object(wait_input_schema()))
+            }
+        }
+    }
+}
+
+impl<S: CellService> ServerHandler for McpServer<S> {
+    /// Over HTTP only revisions with MCP sessions (up to 2025-11-25) are
+    /// offered, so every client is its own scope: parked runs and the
+    /// session store are never shared between HTTP clients. Over stdio the
+    /// connection is the scope, so every revision is fine.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.sessionless.is_some() {
+            std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("quickcell", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        // The default body, plus marking this handler as session-bound.
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        self.initialized.store(true, Ordering::Release);
+        tracing::debug!(
+            session = %self.session,
+            client = %request.client_info.name,
+            protocol = %result.protocol_version,
+            "MCP session initialized"
+        );
+        Ok(result)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![
+            self.tool(Operation::Exec),
+            self.tool(Operation::Wait),
+        ]))
+    }
+
+    /// rmcp hands over a request whose params do not parse as its method's
+    /// as a custom request: answer those of the tools methods with `-32602`
+    /// (invalid params) rather than `-32601` (method not found).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        match request.method.as_str() {
+            "tools/call" => {
+                let params = request.params.unwrap_or(Value::Null);
+                let reason = match serde_json::from_value::<CallToolRequestParams>(params) {
+                    Err(error) => error.to_string(),
+                    Ok(_) => "unexpected shape".to_string(),
+                };
+                Err(ErrorData::invalid_params(
+                    format!("invalid tools/call params: {reason}"),
+                    None,
+                ))
+            }
+            "tools/list" => Err(ErrorData::invalid_params("invalid tools/list params", None)),
+            _ => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            )),
+        }
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        Operation::from_tool_name(name).map(|operation| self.tool(operation))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(operation) = Operation::from_tool_name(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let session = self.scope();
+        let service = self.service.clone();
+        // Its own task, so that a panic in the service fails this call alone
+        // instead of leaving it unanswered.
+        let task = tokio::spawn(async move {
+            match operation {
+                Operation::Exec => service.exec(&session, args).await,
+                Operation::Wait => service.wait(&session, args).await,
+            }
+        });
+        match task.await {
+            Ok(result) => Ok(tool_result(result).into()),
+            Err(error) => {
+                tracing::error!(tool = operation.name(), %error, "the cell service failed");
+                Err(ErrorData::internal_error(
+                    format!("{} failed inside the server", operation.name()),
+                    None,
+                ))
+            }
+        }
+    }
+}
+
+/// Serves MCP over stdin/stdout until the client closes stdin. The connection
+/// is one MCP session with one session id.
+pub(crate) async fn serve_stdio<S: CellService>(service: Arc<S>) -> anyhow::Result<()> {
+    let server = McpServer::new(service, None);
+    let session = server.session.clone();
+    tracing::debug!(%session, "serving MCP over stdio");
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let transport = LenientStart {
+        inner: AsyncRwTransport::new_server(stdin, stdout),
+        started: false,
+    };
+    let running = match server.serve(transport).await {
+        Ok(running) => running,
+        // The client left before opening a session: nothing to serve.
+        Err(ServerInitializeError::ConnectionClosed(_)) => {
+            tracing::debug!(%session, "stdin closed before the MCP handshake");
+            return Ok(());
+        }
+        Err(error) => return Err(anyhow::anyhow!("MCP stdio handshake failed: {error}")),
+    };
+    let reason = running
+        .waiting()
+        .await
+        .context("the MCP stdio service stopped abnormally")?;
+    tracing::debug!(%session, ?reason, "MCP stdio connection closed");
+    Ok(())
+}
+
+/// A transport that drops the notifications and responses a client sends
+/// before its first lifecycle-opening request: rmcp's handshake would end
+/// the connection on them.
+struct LenientStart<T> {
+    inner: T,
+    /// Whether a request that opens the lifecycle has gone through.
+    started: bool,
+}
+
+/// Whether rmcp's handshake, meeting `request`, starts serving: `initialize`,
+/// or a request other than `ping` and `server/discover` that carries the
+/// 2026-07-28 per-request metadata.
+fn opens_lifecycle(request: &ClientRequest) -> bool {
+    match request {
+        ClientRequest::InitializeRequest(_) => true,
+        ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_) => false,
+        other => other
+            .get_meta()
+            .missing_required_keys(&ProtocolVersion::V_2026_07_28)
+            .is_empty(),
+    }
+}
+
+impl<T: Transport<RoleServer>> Transport<RoleServer> for LenientStart<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            let message = self.inner.receive().await?;
+            if !self.started {
+                let ClientJsonRpcMessage::Request(request) = &message else {
+                    tracing::debug!("ignoring a notification or response before the MCP handshake");
+                    continue;
+                };
+                self.started = opens_lifecycle(&request.request);
+            }
+            return Some(message);
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// Serves streamable HTTP MCP at `addr`, path `/mcp`, until the process is
+/// killed. Each MCP session gets its own session id; requests made without a
+/// session (protocol 2026-07-28) share one id drawn here.
+pub(crate) async fn serve_http<S: CellService>(
+    service: Arc<S>,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let sessionless = new_session_id();
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(HTTP_SESSION_IDLE_TIMEOUT);
+    let mut config =
+        StreamableHttpServerConfig::default().with_max_request_body_bytes(MAX_REQUEST_BODY_BYTES);
+    // rmcp accepts loopback `Host` names only; an explicit non-loopback bind
+    // address is a name its clients will use too.
+    let ip = addr.ip();
+    if !ip.is_loopback() && !ip.is_unspecified() {
+        config.allowed_hosts.push(ip.to_string());
+    }
+    let mcp = StreamableHttpService::new(
+        move || Ok(McpServer::new(service.clone(), Some(sessionless.clone()))),
+        Arc::new(sessions),
+        config,
+    );
+    let app = axum::Router::new()
+        .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn(reject_malformed_json_rpc));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr().unwrap_or(addr);
+    tracing::info!(%local, "serving MCP over streamable HTTP at http://{local}/mcp");
+    axum::serve(listener, app)
+        .await
+        .context("the MCP HTTP server stopped")
+}
+
+/// A JSON-RPC error response for request `id` (`null` when unknown), sent
+/// with HTTP `status`.
+fn json_rpc_error(status: StatusCode, id: Value, code: ErrorCode, message: String) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code.0, "message": message}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Answers a POST whose body is not a JSON-RPC message with a JSON-RPC error
+/// (rmcp would answer with plain text), and passes everything else on.
+async fn reject_malformed_json_rpc(request: Request<Body>, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_REQUEST_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            // Over the limit (or unreadable, when the client is likely gone).
+            return json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Value::Null,
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "Invalid request: body over {MAX_REQUEST_BODY_BYTES} bytes or unreadable: {error}"
+                ),
+            );
+        }
+    };
+    if let Err(error) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        return match serde_json::from_slice::<Value>(&bytes) {
+            Err(error) => json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                ErrorCode::PARSE_ERROR,
+                format!("Parse error: {error}"),
+            ),
+            Ok(value) => {
+                let id = match value.get("id") {
+                    Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+                    _ => Value::Null,
+                };
+                json_rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    id,
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Invalid request: {error}"),
+                )
+            }
+        };
+    }
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}

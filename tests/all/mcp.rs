@@ -1,0 +1,228 @@
+//! `quickcell serve`: MCP over stdio and streamable HTTP, driven by the
+//! official Python MCP SDK (`fixtures/mcp/client.py`, installed into
+//! `.venv-mcp` by `scripts/setup`).
+
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn python() -> String {
+    std::env::var("QUICKCELL_MCP_PYTHON").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python").to_string()
+    })
+}
+
+const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/client.py");
+
+/// Runs the client with `steps` against `target`; one JSON value per step.
+fn run(steps: Value, target: &[&str]) -> Vec<Value> {
+    use std::io::Write;
+    let mut child = Command::new(python())
+        .arg(CLIENT)
+        .args(["--timeout", "20", "--steps", "-"])
+        .args(target)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the Python MCP client (scripts/setup installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(steps.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect()
+}
+
+fn scratch_state() -> String {
+    let dir = std::env::temp_dir().join(format!("quickcell-mcp-{}", uuid::Uuid::new_v4()));
+    dir.to_str().unwrap().to_string()
+}
+
+fn stdio(steps: Value) -> Vec<Value> {
+    let state = scratch_state();
+    run(
+        steps,
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--workspace",
+            env!("CARGO_MANIFEST_DIR"),
+            "--state-dir",
+            &state,
+        ],
+    )
+}
+
+/// The parsed result object of a `call_tool` step.
+fn result(step: &Value) -> &Value {
+    assert_eq!(step["ok"], true, "{step}");
+    &step["structuredContent"]
+}
+
+const PARK: &str = "text('before'); await yield_control(); return 'after';";
+
+#[test]
+fn stdio_lists_calls_parks_and_waits() {
+    let steps = json!([
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "exec", "args": {"title": "read readme", "code": "const r = await read({path: 'README.md', limit: 1}); return r.content.trim();"}},
+        {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
+        {"op": "call_tool", "name": "exec", "args": {"title": "bad", "code": "throw new Error('boom')"}},
+        {"op": "call_tool", "name": "nope", "args": {}},
+        {"op": "call_tool", "name": "exec", "args": {"code": 42}},
+    ]);
+    let out = stdio(steps);
+    let tools: Vec<&str> = out[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["exec", "wait"]);
+    let exec_description = out[0]["tools"][0]["description"].as_str().unwrap();
+    assert!(
+        exec_description.contains("- read "),
+        "the quick index lists the tools: {exec_description}"
+    );
+    assert_eq!(
+        out[0]["tools"][0]["inputSchema"]["required"],
+        json!(["title", "code"])
+    );
+    assert_eq!(result(&out[1])["value"], "# quickcell");
+    assert_eq!(out[1]["isError"], false);
+    let parked = result(&out[2]);
+    assert_eq!(parked["status"], "waiting");
+    assert_eq!(
+        out[2]["text"][0]
+            .as_str()
+            .map(|t| serde_json::from_str::<Value>(t).unwrap()),
+        Some(parked.clone())
+    );
+    assert_eq!(out[3]["isError"], true);
+    assert_eq!(result(&out[3])["code"], "internal_error");
+    assert_eq!(
+        out[4]["ok"], false,
+        "an unknown tool is a JSON-RPC error: {}",
+        out[4]
+    );
+    assert_eq!(result(&out[5])["code"], "invalid_input");
+}
+
+#[test]
+fn a_parked_run_is_resumed_in_the_same_session_only() {
+    let out = stdio(json!([
+        {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
+    ]));
+    let run_id = result(&out[0])["runId"].as_str().unwrap().to_string();
+    // Another connection (another MCP session) may not resume it.
+    let other = stdio(json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]));
+    assert_eq!(result(&other[0])["status"], "failed");
+
+    // Within one connection: exec parks, wait resumes.
+    let out = stdio(json!([
+        {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
+        {"op": "call_tool", "name": "wait", "args": {}, "runIdFromLast": true},
+    ]));
+    assert_eq!(result(&out[0])["status"], "waiting");
+    assert_eq!(result(&out[0])["output"][0]["text"], "before");
+    assert_eq!(result(&out[1])["value"], "after");
+    assert!(
+        result(&out[1]).get("output").is_none(),
+        "the text before the park was delivered once"
+    );
+}
+
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let state = scratch_state();
+        let child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+            .args([
+                "serve",
+                "--http",
+                &format!("127.0.0.1:{port}"),
+                "--state-dir",
+                &state,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "quickcell serve --http did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn http_parks_and_waits_within_a_session_and_rejects_malformed_requests() {
+    let server = HttpServer::start();
+    let first = run(
+        json!([{"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}}]),
+        &["--http", &server.url],
+    );
+    let run_id = result(&first[0])["runId"].as_str().unwrap().to_string();
+    // A new MCP session does not see the run.
+    let other = run(
+        json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]),
+        &["--http", &server.url],
+    );
+    assert_eq!(
+        result(&other[0])["error"],
+        "code mode run belongs to a different agent run."
+    );
+    // Exec and wait in one session.
+    let out = run(
+        json!([
+            {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
+            {"op": "call_tool", "name": "wait", "args": {}, "runIdFromLast": true},
+            {"op": "raw", "data": "this is not json"},
+            {"op": "raw", "data": "{\"jsonrpc\": \"2.0\", \"id\": 7}", "session": true},
+        ]),
+        &["--http", &server.url],
+    );
+    assert_eq!(result(&out[0])["status"], "waiting");
+    assert_eq!(result(&out[1])["value"], "after");
+    assert_eq!(out[2]["status"], 400, "{}", out[2]);
+    assert_eq!(out[2]["messages"][0]["error"]["code"], -32700);
+    assert!(out[3]["messages"][0]["error"].is_object(), "{}", out[3]);
+}
