@@ -391,3 +391,27 @@ async fn strings_and_restart_safe_values_are_not_retained() {
     assert!(json(&r).to_string().len() < 1500);
     let _ = CellResult::status(&r);
 }
+
+#[tokio::test]
+async fn an_unconfirmed_commit_completes_with_the_warning() {
+    let dir = state_dir();
+    let rt = Runtime::builder().state_dir(&dir).build().await.unwrap();
+    let r = rt
+        .exec(cell(
+            r#"await store("k", 1); await yield_control(); return "done";"#,
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    // The store's table disappears while the cell is parked: the commit
+    // at completion cannot succeed.
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    conn.execute_batch("ALTER TABLE session_store RENAME TO session_store_away")
+        .unwrap();
+    let r = rt.wait(WaitInput::new(id).with_owner(owner("s1"))).await;
+    assert_eq!(value(&r), json!("done"));
+    assert_eq!(
+        json(&r)["warnings"],
+        json!(["Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply."])
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
