@@ -446,8 +446,15 @@
   function makeHandle(callable) {
     if (mapHas(handlesByName, callable)) return mapGet(handlesByName, callable);
     const prefix = '{"callable":' + stringify(callable) + ',"input":';
-    const handle = async function (input) {
-      const p = input === undefined ? null : projectValue(input);
+    // A plain function returning the request's promise: an async wrapper
+    // would add a second promise and two extra job-queue turns per call.
+    const handle = function (input) {
+      let p;
+      try {
+        p = input === undefined ? null : projectValue(input);
+      } catch (e) {
+        return new PromiseCtor((_, reject) => reject(e));
+      }
       return hostRequestRaw("callValue", prefix + (p === undefined ? "null" : stringify(p)) + "}");
     };
     setPrototypeOf(handle, HandleProto);
