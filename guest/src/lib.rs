@@ -54,6 +54,10 @@ const USER_FILE: &str = "quickcell:user.js";
 struct State {
     runtime: Runtime,
     runner: Persistent<Object<'static>>,
+    /// `runner.settleOne` and `runner.status`, looked up once: they run for
+    /// every bridge round trip.
+    settle_one: Persistent<Function<'static>>,
+    status: Persistent<Function<'static>>,
 }
 
 thread_local! {
@@ -145,9 +149,21 @@ fn build_state() -> anyhow_like::Result<State> {
         let runner: Object = install
             .call((native,))
             .map_err(|e| describe_js_error(&ctx, e))?;
-        Ok(Persistent::save(&ctx, runner))
+        let settle_one: Function = runner.get("settleOne").map_err(|e| e.to_string())?;
+        let status: Function = runner.get("status").map_err(|e| e.to_string())?;
+        Ok((
+            Persistent::save(&ctx, runner),
+            Persistent::save(&ctx, settle_one),
+            Persistent::save(&ctx, status),
+        ))
     })?;
-    Ok(State { runtime, runner })
+    let (runner, settle_one, status) = runner;
+    Ok(State {
+        runtime,
+        runner,
+        settle_one,
+        status,
+    })
 }
 
 /// Minimal error plumbing for initialization (which must not fail in a
@@ -295,8 +311,14 @@ fn status_json(state: &State) -> String {
     let rt = runtime_ptr(state);
     unsafe { qjs::JS_SetMemoryLimit(rt, usize::MAX as _) };
     let status = state.runtime.context().with(|ctx| {
-        call_runner(&ctx, state, "status", ())
-            .and_then(|v| v.as_string().and_then(|s| s.to_string().ok()))
+        let status = state.status.clone().restore(&ctx).ok()?;
+        match status.call::<_, Value>(()) {
+            Ok(v) => v.as_string().and_then(|s| s.to_string().ok()),
+            Err(_) => {
+                let _ = ctx.catch();
+                None
+            }
+        }
     });
     let limit = HEAP_LIMIT.with(|l| *l.borrow());
     unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
@@ -374,10 +396,18 @@ impl Guest for Component {
         with_state(|state| {
             let results: Vec<Settlement> = serde_json::from_str(&results_json).unwrap_or_default();
             state.runtime.context().with(|ctx| {
+                let Ok(settle_one) = state.settle_one.clone().restore(&ctx) else {
+                    return;
+                };
                 for r in results {
                     let payload = if r.ok { r.value } else { r.error };
                     let json = payload.map_or_else(|| "null".to_string(), |v| v.get().to_string());
-                    call_runner(&ctx, state, "settleOne", (r.id as f64, r.ok, json));
+                    if settle_one
+                        .call::<_, Value>((r.id as f64, r.ok, json))
+                        .is_err()
+                    {
+                        let _ = ctx.catch();
+                    }
                 }
             });
             drain_jobs(state);
