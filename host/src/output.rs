@@ -283,7 +283,7 @@ fn digits(mut n: usize) -> usize {
 }
 
 /// Bytes `c` takes inside a JSON string written by `serde_json`.
-fn escaped_char_len(c: char) -> usize {
+pub(crate) fn escaped_char_len(c: char) -> usize {
     match c {
         '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
         c if (c as u32) < 0x20 => 6,

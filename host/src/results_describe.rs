@@ -81,6 +81,7 @@
 //!
 //! Samples show observed data, not a schema.
 
+use crate::output::{escaped_char_len, json_len};
 use serde_json::{Map, Value};
 use std::collections::VecDeque;
 
@@ -658,33 +659,6 @@ fn shrink_ladder(preview: &Value) -> Vec<Value> {
 
 // ---------------------------------------------------------------------------
 // Sizes and safe cuts
-
-/// UTF-8 bytes of the compact JSON of `value`, without building the string.
-fn json_len(value: &Value) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    // Writing a `Value` to an infallible sink cannot fail.
-    let _ = serde_json::to_writer(&mut counter, value);
-    counter.0
-}
-
-/// Bytes of `c` inside a JSON string as `serde_json` writes it.
-fn escaped_char_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
-        c if u32::from(c) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
-}
 
 fn escaped_len(s: &str) -> usize {
     s.chars().map(escaped_char_len).sum()
