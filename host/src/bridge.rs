@@ -172,13 +172,11 @@ pub(crate) fn save_result(
     capacity_bytes: usize,
 ) -> anyhow::Result<Result<Value, String>> {
     let json = value.to_string();
-    let (count, bytes) = state.result_usage(agent_run)?;
-    if count >= MAX_SAVED_RESULTS || bytes + json.len() > capacity_bytes {
+    let id = format!("result_{}", uuid::Uuid::new_v4());
+    if !state.result_save(agent_run, &id, &json, MAX_SAVED_RESULTS, capacity_bytes)? {
         return Ok(Err(RESULTS_FULL.to_string()));
     }
-    let id = format!("result_{}", uuid::Uuid::new_v4());
     let described = crate::results_describe::describe(value);
-    state.result_save(agent_run, &id, &json)?;
     Ok(Ok(crate::results_describe::descriptor_json(
         &id, &described,
     )))

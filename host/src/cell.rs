@@ -543,10 +543,13 @@ impl LiveCell {
                 let waited = process_nanos().saturating_sub(waiting_since);
                 self.deadline.fetch_add(waited, Ordering::Relaxed);
                 batch
-            } else if Instant::now() >= self.park_at(env) {
-                None
             } else {
-                self.bridge.next_batch(Some(self.park_at(env))).await
+                let park_at = self.park_at(env);
+                if Instant::now() >= park_at {
+                    None
+                } else {
+                    self.bridge.next_batch(Some(park_at)).await
+                }
             };
             match batch {
                 Some(batch) if batch.is_empty() => status = Ok(json),

@@ -86,7 +86,7 @@ impl RunRegistry {
             // Dropping an expired run's bridge cancels its requests.
             self.live().remove(&expired);
         }
-        let stored = self.store.count_runs(now)?;
+        let stored = self.store.count_runs()?;
         if held + stored >= MAX_SUSPENDED_RUNS {
             return Ok(None);
         }

@@ -91,9 +91,9 @@ pub(crate) trait StateStore: Send + Sync {
         request_id: u64,
         settlement: &str,
     ) -> anyhow::Result<()>;
-    /// Number of runs held (parked or resuming), after removing expired
-    /// ones and stale claims.
-    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize>;
+    /// Number of runs held (parked or resuming). Callers remove expired
+    /// runs first ([`StateStore::purge_expired`]).
+    fn count_runs(&self) -> anyhow::Result<usize>;
     /// Removes runs expired at `now_ms` and claims abandoned before it;
     /// returns their ids.
     fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>>;
@@ -109,14 +109,21 @@ pub(crate) trait StateStore: Send + Sync {
         writes: &[(String, Option<String>)],
     ) -> anyhow::Result<()>;
 
-    /// Saves a result of an agent run.
-    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()>;
+    /// Saves a result of an agent run if, with it, the run holds at most
+    /// `max_count` results and `max_bytes` bytes of JSON; the check and the
+    /// insert are one atomic step. Returns whether it was saved.
+    fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: &str,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> anyhow::Result<bool>;
     /// A saved result's JSON.
     fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>>;
     /// Deletes a saved result; whether it existed.
     fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool>;
-    /// Number of saved results and their total bytes.
-    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)>;
 }
 
 /// Name of the database file inside the state directory.
@@ -333,8 +340,7 @@ impl StateStore for SqliteStateStore {
         Ok(())
     }
 
-    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize> {
-        self.purge_expired(now_ms)?;
+    fn count_runs(&self) -> anyhow::Result<usize> {
         let n: i64 = self
             .conn()
             .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))?;
@@ -405,12 +411,30 @@ impl StateStore for SqliteStateStore {
         Ok(())
     }
 
-    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()> {
-        self.conn().execute(
+    fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: &str,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> anyhow::Result<bool> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (n, bytes): (i64, i64) = tx.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(json AS BLOB))), 0) FROM results WHERE agent_run = ?1",
+            params![agent_run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if n as usize >= max_count || bytes as usize + json.len() > max_bytes {
+            return Ok(false);
+        }
+        tx.execute(
             "INSERT INTO results (agent_run, id, json) VALUES (?1, ?2, ?3)",
             params![agent_run, id, json],
         )?;
-        Ok(())
+        tx.commit()?;
+        Ok(true)
     }
 
     fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>> {
@@ -430,15 +454,6 @@ impl StateStore for SqliteStateStore {
             params![agent_run, id],
         )?;
         Ok(n > 0)
-    }
-
-    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)> {
-        let (n, bytes): (i64, i64) = self.conn().query_row(
-            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(json AS BLOB))), 0) FROM results WHERE agent_run = ?1",
-            params![agent_run],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        Ok((n as usize, bytes as usize))
     }
 }
 
@@ -565,8 +580,7 @@ impl StateStore for MemoryStateStore {
         Ok(())
     }
 
-    fn count_runs(&self, now_ms: u64) -> anyhow::Result<usize> {
-        self.purge_expired(now_ms)?;
+    fn count_runs(&self) -> anyhow::Result<usize> {
         Ok(self.runs().len())
     }
 
@@ -616,9 +630,24 @@ impl StateStore for MemoryStateStore {
         Ok(())
     }
 
-    fn result_save(&self, agent_run: &str, id: &str, json: &str) -> anyhow::Result<()> {
-        lock(&self.results).insert((agent_run.to_string(), id.to_string()), json.to_string());
-        Ok(())
+    fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: &str,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> anyhow::Result<bool> {
+        let mut results = lock(&self.results);
+        let (n, bytes) = results
+            .iter()
+            .filter(|((a, _), _)| a == agent_run)
+            .fold((0, 0), |(n, b), (_, v)| (n + 1, b + v.len()));
+        if n >= max_count || bytes + json.len() > max_bytes {
+            return Ok(false);
+        }
+        results.insert((agent_run.to_string(), id.to_string()), json.to_string());
+        Ok(true)
     }
 
     fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>> {
@@ -631,12 +660,6 @@ impl StateStore for MemoryStateStore {
         Ok(lock(&self.results)
             .remove(&(agent_run.to_string(), id.to_string()))
             .is_some())
-    }
-
-    fn result_usage(&self, agent_run: &str) -> anyhow::Result<(usize, usize)> {
-        let results = lock(&self.results);
-        let mine = results.iter().filter(|((a, _), _)| a == agent_run);
-        Ok(mine.fold((0, 0), |(n, b), (_, v)| (n + 1, b + v.len())))
     }
 }
 
@@ -702,7 +725,8 @@ mod tests {
             claim(&owner("a", "s"), 500).unwrap_err(),
             ClaimRefused::Unavailable
         );
-        assert_eq!(store.count_runs(500).unwrap(), 0);
+        store.purge_expired(500).unwrap();
+        assert_eq!(store.count_runs().unwrap(), 0);
     }
 
     #[test]

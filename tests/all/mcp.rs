@@ -52,7 +52,12 @@ fn scratch_state() -> String {
 }
 
 fn stdio(steps: Value) -> Vec<Value> {
-    let state = scratch_state();
+    stdio_in(&scratch_state(), steps)
+}
+
+/// Like [`stdio`], with the server's state directory given (so two
+/// connections can share one state store).
+fn stdio_in(state: &str, steps: Value) -> Vec<Value> {
     run(
         steps,
         &[
@@ -62,7 +67,7 @@ fn stdio(steps: Value) -> Vec<Value> {
             "--workspace",
             env!("CARGO_MANIFEST_DIR"),
             "--state-dir",
-            &state,
+            state,
         ],
     )
 }
@@ -76,7 +81,7 @@ fn result(step: &Value) -> &Value {
 const PARK: &str = "text('before'); await yield_control(); return 'after';";
 
 #[test]
-fn stdio_lists_calls_parks_and_waits() {
+fn stdio_lists_calls_and_reports_errors() {
     let steps = json!([
         {"op": "list_tools"},
         {"op": "call_tool", "name": "exec", "args": {"title": "read readme", "code": "const r = await read({path: 'README.md', limit: 1}); return r.content.trim();"}},
@@ -124,13 +129,24 @@ fn stdio_lists_calls_parks_and_waits() {
 
 #[test]
 fn a_parked_run_is_resumed_in_the_same_session_only() {
-    let out = stdio(json!([
-        {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
-    ]));
+    let state = scratch_state();
+    let out = stdio_in(
+        &state,
+        json!([
+            {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}},
+        ]),
+    );
     let run_id = result(&out[0])["runId"].as_str().unwrap().to_string();
-    // Another connection (another MCP session) may not resume it.
-    let other = stdio(json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]));
-    assert_eq!(result(&other[0])["status"], "failed");
+    // Another connection (another MCP session) on the same state store may
+    // not resume it.
+    let other = stdio_in(
+        &state,
+        json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]),
+    );
+    assert_eq!(
+        result(&other[0])["error"],
+        "code mode run belongs to a different agent run."
+    );
 
     // Within one connection: exec parks, wait resumes.
     let out = stdio(json!([
