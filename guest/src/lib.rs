@@ -250,6 +250,10 @@ struct StartOptions {
     /// prelude (only when a cell looks at metadata).
     #[serde(default)]
     tool_metas: String,
+    /// The `MCP` namespace: per server, its identifier followed by its
+    /// tools' identifiers.
+    #[serde(default)]
+    mcp_layout: Vec<Vec<String>>,
     /// Seed for `Math.random` as 16 hex digits; the host sends a fresh one
     /// per cell (fixed width keeps the fuel cost of parsing constant).
     random_seed: Option<String>,
@@ -353,6 +357,7 @@ impl Guest for Component {
             let StartOptions {
                 tool_names,
                 tool_metas,
+                mcp_layout,
                 ..
             } = options;
             if let Some(seed) = options
@@ -379,7 +384,12 @@ impl Guest for Component {
                 eval.filename = Some(USER_FILE.into());
                 match ctx.eval_with_options::<Function, _>(wrapped, eval) {
                     Ok(cell) => {
-                        call_runner(&ctx, state, "start", (cell, tool_names, tool_metas));
+                        call_runner(
+                            &ctx,
+                            state,
+                            "start",
+                            (cell, tool_names, tool_metas, mcp_layout),
+                        );
                     }
                     Err(_) => {
                         let exc = ctx.catch();

@@ -504,6 +504,52 @@
     allHandles = freeze(handles);
   }
 
+  // The `MCP` namespace (contract §8.4): `MCP.<server>.<tool>(args)` takes
+  // one object argument and resolves to the MCP result; `$api(method?,
+  // { schema: true })` returns declarations and input schemas. `layout`
+  // lists, per server, its identifier followed by its tools' identifiers.
+  function mcpMethod(server, tool) {
+    const callable = "MCP." + server + "." + tool;
+    const prefix = '{"callable":' + stringify(callable) + ',"input":';
+    return function (args) {
+      if (args !== undefined && (args === null || typeof args !== "object" || isArray(args))) {
+        return new PromiseCtor((_, reject) =>
+          reject(new TypeErrorCtor(callable + " takes one object argument")),
+        );
+      }
+      let p;
+      try {
+        p = args === undefined ? {} : projectValue(args);
+      } catch (e) {
+        return new PromiseCtor((_, reject) => reject(e));
+      }
+      return hostRequestRaw("callValue", prefix + stringify(p) + "}");
+    };
+  }
+
+  function installMcp(layout) {
+    const mcp = {};
+    for (let i = 0; i < layout.length; i++) {
+      const server = layout[i][0];
+      const ns = {};
+      for (let j = 1; j < layout[i].length; j++) {
+        defineData(ns, layout[i][j], mcpMethod(server, layout[i][j]));
+      }
+      defineData(ns, "$api", function (method, options) {
+        const schema = options !== null && typeof options === "object" && options.schema === true;
+        return hostRequest("mcpApi", {
+          server,
+          method: method === undefined || method === null ? null : StringCtor(method),
+          schema,
+        });
+      });
+      defineData(mcp, server, freeze(ns));
+    }
+    freeze(mcp);
+    installGlobal("MCP", mcp);
+    installGlobal("namespaces", freeze({ MCP: mcp }));
+  }
+
   // Timers are bridge requests (`sleep`), so they are host work that keeps
   // the cell alive and survives suspension.
   const cleared = new MapCtor(); // timer id -> true
@@ -679,8 +725,9 @@
   }
 
   const runner = {
-    start(cell, toolNames, toolMetasJson) {
+    start(cell, toolNames, toolMetasJson, mcpLayout) {
       installTools(toolNames, toolMetasJson);
+      installMcp(mcpLayout);
       let promise;
       try {
         promise = cell();

@@ -11,8 +11,11 @@
 //!
 //! Request methods (guest → host, JSON arguments):
 //! `callValue {callable, input}`, `search {query, limit}`,
-//! `describe {callable}`, `apiRead {path}` (`API.read`), `sleep {ms}`,
-//! `yield {reason}`.
+//! `describe {callable}`, `apiRead {path}` (`API.read`),
+//! `mcpApi {server, method, schema}` (`MCP.<server>.$api`), `sleep {ms}`,
+//! `yield {reason}`, and the session-store and saved-results requests.
+//! MCP tools are called with `callValue` and their `MCP.<server>.<tool>`
+//! callable name.
 //! Settlements (host → guest): `{"id":N,"ok":true,"value":..}` or
 //! `{"id":N,"ok":false,"error":{"message":..,"code":..}}`.
 //!
@@ -41,8 +44,8 @@
 //! message, and is never dispatched.
 
 use crate::abi::BridgeRequest;
-use crate::tools::{ToolErrorCode, ToolSet};
-use quickcell_catalog::{Catalog, CatalogError, Projection};
+use crate::tools::{Tool, ToolErrorCode, ToolSet};
+use quickcell_catalog::{Catalog, CatalogError, Projection, SourceKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -63,6 +66,11 @@ pub(crate) struct CellTools {
     pub catalog: Arc<Catalog>,
     pub projection: Arc<Projection>,
     pub tools: ToolSet,
+    /// MCP tools by catalog id.
+    pub mcp_tools: HashMap<String, Arc<dyn Tool>>,
+    /// The `MCP` namespace for the guest: per server, its identifier
+    /// followed by its tools' identifiers, in catalog order.
+    pub mcp_layout: Vec<Vec<String>>,
     /// Callable names of the tool globals, sorted (`catalog.all()` order).
     pub callable_names: Vec<String>,
     /// JSON array of the handles' metadata, in the same order.
@@ -70,15 +78,30 @@ pub(crate) struct CellTools {
 }
 
 impl CellTools {
-    pub(crate) fn new(catalog: Catalog, tools: ToolSet) -> Self {
+    pub(crate) fn new(catalog: Catalog, registry: &crate::registry::ToolRegistry) -> Self {
         let projection = catalog.callable_projection();
+        let mcp_layout = catalog
+            .mcp_servers()
+            .iter()
+            .map(|server| {
+                std::iter::once(server.identifier.clone())
+                    .chain(
+                        catalog
+                            .mcp_server_entries(server)
+                            .filter_map(|e| e.mcp_identifiers().map(|(_, t)| t.to_owned())),
+                    )
+                    .collect()
+            })
+            .collect();
         let metas = catalog.guest_all(&projection);
         let callable_names = metas.iter().map(|m| m.callable_name.clone()).collect();
         let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
         Self {
             catalog: Arc::new(catalog),
             projection: Arc::new(projection),
-            tools,
+            tools: registry.tools().clone(),
+            mcp_tools: registry.mcp_tools(),
+            mcp_layout,
             callable_names,
             metas_json,
         }
@@ -102,6 +125,10 @@ pub(crate) const RESULTS_FULL: &str = "Code Mode results capacity exceeded; dele
 
 /// Message of a restart-safe cell calling a tool that is not replay-safe.
 pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools.";
+
+/// Message of a restart-safe cell calling an MCP (namespace) tool.
+pub(crate) const RESTART_SAFE_NAMESPACE_CALL: &str =
+    "restart-safe code mode cannot call namespace tools.";
 
 /// Message of a call whose host ended while it was in flight.
 pub(crate) const EFFECT_UNKNOWN: &str = "the host that ran this tool call ended while it was in flight, and the tool is not replay-safe, so it was not run again: its effect is unknown. Check the tool's state before calling it again.";
@@ -521,6 +548,18 @@ impl Bridge {
                 self.ready.push(settlement);
                 true
             }
+            "mcpApi" => {
+                let server = args["server"].as_str().unwrap_or("");
+                let method = args["method"].as_str();
+                let schema = args["schema"].as_bool().unwrap_or(false);
+                let settlement = match tools.catalog.mcp_api(server, method, schema) {
+                    Ok(v) => ok(id, v),
+                    Err(e) => catalog_err(id, e),
+                };
+                let settlement = self.fit_inbox(settlement, "mcpApi");
+                self.ready.push(settlement);
+                true
+            }
             "describe" => {
                 let callable = args["callable"].as_str().unwrap_or("");
                 self.ready.push(
@@ -571,7 +610,17 @@ impl Bridge {
                             return true;
                         }
                     };
-                let Some(tool) = tools.tools.get(&prepared.tool_name).cloned() else {
+                let tool = if prepared.source == SourceKind::Mcp {
+                    if self.restart_safe {
+                        self.ready
+                            .push(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
+                        return true;
+                    }
+                    tools.mcp_tools.get(&prepared.id).cloned()
+                } else {
+                    tools.tools.get(&prepared.tool_name).cloned()
+                };
+                let Some(tool) = tool else {
                     self.ready.push(err(
                         id,
                         format!("Unknown catalog function: {callable}."),

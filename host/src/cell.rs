@@ -213,6 +213,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         "randomSeed": format!("{:016x}", rand_seed()),
         "toolNames": env.tools.callable_names,
         "toolMetas": env.tools.metas_json,
+        "mcpLayout": env.tools.mcp_layout,
     })
     .to_string();
     let status = exports.start(&mut store, &input.code, &options).await;
@@ -315,6 +316,7 @@ async fn restore(
 ) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
     let unusable = |e: String| {
         CellResult::Failed(Failed {
+            mcp_outage: Default::default(),
             error: format!("InternalError: code mode snapshot is unusable: {e}"),
             code: ErrorCode::InternalError,
             output: Vec::new(),
@@ -361,6 +363,7 @@ async fn restore(
     let grow_pages = ((snapshot.memory_bytes - current) / 65536) as u64;
     if grow_pages > 0 && memory.grow(&mut store, grow_pages).is_err() {
         return Err(CellResult::Failed(Failed {
+            mcp_outage: Default::default(),
             error: crate::Error::MemoryLimitExceeded.to_string(),
             code: ErrorCode::MemoryLimitExceeded,
             output: Vec::new(),
@@ -771,6 +774,7 @@ impl LiveCell {
         // The stored run holds the slot from now on.
         drop(slot);
         CellResult::Waiting(Waiting {
+            mcp_outage: Default::default(),
             run_id,
             reason,
             pending_tool_calls,
@@ -881,6 +885,7 @@ fn bridge_failure(error: String) -> Ending {
 
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        mcp_outage: Default::default(),
         error,
         code: ErrorCode::InvalidInput,
         output: Vec::new(),
@@ -1005,6 +1010,7 @@ fn trap_summary(err: &wasmtime::Error) -> String {
 
 fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        mcp_outage: Default::default(),
         error,
         code: ErrorCode::InternalError,
         output: Vec::new(),
@@ -1017,6 +1023,7 @@ fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
 
 fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        mcp_outage: Default::default(),
         error,
         code: ErrorCode::RuntimeUnavailable,
         output: Vec::new(),
@@ -1045,6 +1052,7 @@ fn finish(
         Ok(f) => f,
         Err(e) => {
             return CellResult::Failed(Failed {
+                mcp_outage: Default::default(),
                 error: format!("code mode output limit exceeded: {e}"),
                 code: ErrorCode::OutputLimitExceeded,
                 output: Vec::new(),
@@ -1063,6 +1071,7 @@ fn finish(
     }
     match ending {
         Ending::Completed { .. } => CellResult::Completed(Completed {
+            mcp_outage: Default::default(),
             value: fitted.value.unwrap_or(Value::Null),
             warnings: Vec::new(),
             output: fitted.output,
@@ -1070,6 +1079,7 @@ fn finish(
             replay_safe: None,
         }),
         Ending::Failed { code, phase, .. } => CellResult::Failed(Failed {
+            mcp_outage: Default::default(),
             error: fitted.error.unwrap_or_default(),
             code,
             output: fitted.output,

@@ -6,6 +6,7 @@
 //! and malformed files are errors that name the key or line.
 
 use crate::error::Error;
+use crate::mcp::McpServerConfig;
 use crate::tools::CommandToolConfig;
 use std::path::{Path, PathBuf};
 
@@ -229,6 +230,15 @@ impl Limits {
 /// command = ["./weather.sh"]
 /// replay_safe = true
 /// timeout_ms = 5000
+///
+/// [mcp.servers.tickets]          # a stdio server
+/// command = "python3"
+/// args = ["tickets_server.py"]
+/// env = { TICKETS_DB = "/var/lib/tickets.db" }
+///
+/// [mcp.servers.search]           # a streamable HTTP server
+/// url = "http://127.0.0.1:8000/mcp"
+/// timeout_ms = 20000
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -239,6 +249,9 @@ pub struct Config {
     /// `[workspace] root`: the directory the built-in `read`, `ls`, `find`
     /// and `grep` tools serve. Absent → no workspace tools.
     pub workspace_root: Option<PathBuf>,
+    /// `[mcp.servers.NAME]`: downstream MCP servers, in file order (see
+    /// [`crate::mcp`]).
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 impl Config {
@@ -304,9 +317,12 @@ impl Config {
                         }
                     }
                 }
+                "mcp" => {
+                    config.mcp_servers = crate::mcp::parse_servers(value).map_err(Error::Config)?;
+                }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown configuration key `{other}`; known keys: limits, tools, workspace"
+                        "unknown configuration key `{other}`; known keys: limits, tools, workspace, mcp"
                     )));
                 }
             }
@@ -388,6 +404,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("tools[0]"), "{e}");
+    }
+
+    #[test]
+    fn mcp_servers() {
+        let c = Config::parse(
+            "[mcp.servers.a]\ncommand = \"srv\"\nargs = [\"-x\"]\nenv = { K = \"v\" }\n[mcp.servers.b]\nurl = \"http://127.0.0.1:1/mcp\"\ntimeout_ms = 999999999\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp_servers.len(), 2);
+        assert_eq!(c.mcp_servers[0].name, "a");
+        assert!(matches!(
+            &c.mcp_servers[0].transport,
+            crate::McpTransport::Stdio { command, args, env }
+                if command == "srv" && args == &["-x"] && env["K"] == "v"
+        ));
+        assert_eq!(
+            c.mcp_servers[1].timeout_ms,
+            crate::mcp::MAX_MCP_CALL_TIMEOUT_MS
+        );
+        for (bad, needle) in [
+            (
+                "[mcp.servers.a]\n",
+                "needs a non-empty `command` or a `url`",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n",
+                "not both",
+            ),
+            ("[mcp.servers.a]\nurl = \"ftp://h\"\n", "http://"),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nargv = []\n",
+                "mcp.servers.a.argv",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nargs = [1]\n",
+                "array of strings",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\ntimeout_ms = 0\n",
+                "positive integer",
+            ),
+            ("[mcp.server.a]\ncommand = \"x\"\n", "mcp.server"),
+        ] {
+            let e = Config::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
     }
 
     #[test]

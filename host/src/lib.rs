@@ -53,6 +53,7 @@ mod config;
 mod engine;
 mod error;
 mod input;
+pub mod mcp;
 mod output;
 mod registry;
 mod result;
@@ -68,10 +69,11 @@ pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
 pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
+pub use mcp::{McpServerConfig, McpTransport};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
 pub use result::{
-    CellResult, Completed, ErrorCode, Failed, FailurePhase, PendingToolCall, Telemetry, WaitReason,
-    Waiting,
+    CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
+    WaitReason, Waiting,
 };
 pub use runs::MAX_SUSPENDED_RUNS;
 pub use runtime::{Runtime, RuntimeBuilder};

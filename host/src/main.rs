@@ -164,7 +164,7 @@ fn main() -> ExitCode {
         Command::Wait(args) => runtime.block_on(wait(args)),
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Serve(args) => runtime.block_on(serve(args)),
-        Command::Search(args) => search(args),
+        Command::Search(args) => runtime.block_on(search(args)),
         Command::Tools(args) => tools(args),
     }
 }
@@ -182,16 +182,18 @@ fn load(args: &CatalogArgs) -> Result<(Config, ToolRegistry), String> {
     Ok((config, registry))
 }
 
-fn search(args: SearchArgs) -> ExitCode {
-    let (_, registry) = match load(&args.catalog) {
-        Ok(x) => x,
-        Err(e) => return usage_error(e),
+/// `quickcell search`: connects to the configured MCP servers too, so
+/// their tools are found.
+async fn search(args: SearchArgs) -> ExitCode {
+    let runtime = match build_runtime(&args.catalog, None).await {
+        Ok(rt) => rt,
+        Err(code) => return code,
     };
     let mut request = serde_json::json!({ "query": args.query });
     if let Some(limit) = args.limit {
         request["limit"] = limit.into();
     }
-    match registry.catalog().tool_search(&request) {
+    match runtime.catalog().tool_search(&request) {
         Ok(hits) => {
             println!("{hits}");
             ExitCode::SUCCESS
@@ -210,19 +212,24 @@ fn tools(args: CatalogArgs) -> ExitCode {
     }
 }
 
-/// Builds the runtime for a command that runs cells.
-async fn build_runtime(catalog: &CatalogArgs, state: &StateArgs) -> Result<Runtime, ExitCode> {
+/// Builds the runtime for a command that runs cells (or, without a state
+/// directory, one that only looks at the catalog).
+async fn build_runtime(
+    catalog: &CatalogArgs,
+    state: Option<&StateArgs>,
+) -> Result<Runtime, ExitCode> {
     let (config, registry) = load(catalog).map_err(usage_error)?;
-    Runtime::builder()
+    let mut builder = Runtime::builder()
         .limits(config.limits)
         .tools(registry)
-        .state_dir(&state.state_dir)
-        .build()
-        .await
-        .map_err(|e| {
-            eprintln!("quickcell: {e}");
-            ExitCode::from(1)
-        })
+        .mcp_servers(config.mcp_servers);
+    if let Some(state) = state {
+        builder = builder.state_dir(&state.state_dir);
+    }
+    builder.build().await.map_err(|e| {
+        eprintln!("quickcell: {e}");
+        ExitCode::from(1)
+    })
 }
 
 fn exit_status(result: &CellResult) -> ExitCode {
@@ -275,7 +282,7 @@ async fn exec(args: ExecArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match build_runtime(&args.catalog, &args.state).await {
+    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -285,7 +292,7 @@ async fn exec(args: ExecArgs) -> ExitCode {
 }
 
 async fn wait(args: WaitArgs) -> ExitCode {
-    let runtime = match build_runtime(&args.catalog, &args.state).await {
+    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -321,7 +328,7 @@ async fn run(args: RunArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match build_runtime(&args.catalog, &args.state).await {
+    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -345,7 +352,7 @@ async fn run(args: RunArgs) -> ExitCode {
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
-    let runtime = match build_runtime(&args.catalog, &args.state).await {
+    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };

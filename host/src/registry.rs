@@ -14,6 +14,11 @@
 //! its exact name with a host tool and then shadows it (the host tool is
 //! neither searchable nor callable); among client tools the later one wins.
 //! A runtime serves one tool set: build a runtime per client tool set.
+//!
+//! *MCP* tools come from downstream MCP servers (see [`crate::mcp`]); the
+//! runtime builder adds them when it connects. They are untrusted, live
+//! under `MCP.<server>` instead of as globals, and may share names with any
+//! other tool: calls reach them by catalog id.
 
 use crate::config::Config;
 use crate::error::Error;
@@ -37,6 +42,8 @@ pub struct ToolRegistry {
     /// Host tools (unique names), in registration order.
     host: ToolSet,
     origins: Vec<Origin>,
+    /// MCP tools with their server's name, in server and listing order.
+    mcp: Vec<(String, Arc<dyn Tool>)>,
     /// Client tools, in registration order (names may repeat).
     clients: Vec<Arc<dyn Tool>>,
     /// What calls reach: host tools not shadowed, then the winning client
@@ -96,6 +103,32 @@ impl ToolRegistry {
         self.clients.push(tool);
         self.effective = self.effective_tools();
         Ok(())
+    }
+
+    /// Adds a tool of the downstream MCP server `server`.
+    /// A server listing one name twice gets its first tool of that name.
+    pub(crate) fn add_mcp(&mut self, server: &str, tool: Arc<dyn Tool>) {
+        if self
+            .mcp
+            .iter()
+            .any(|(s, t)| s == server && t.name() == tool.name())
+        {
+            return;
+        }
+        self.mcp.push((server.to_owned(), tool));
+    }
+
+    /// MCP tools by catalog id (`mcp:<server>:<tool>`).
+    pub(crate) fn mcp_tools(&self) -> std::collections::HashMap<String, Arc<dyn Tool>> {
+        self.mcp
+            .iter()
+            .map(|(server, tool)| {
+                let source = quickcell_catalog::Source::Mcp {
+                    server: server.clone(),
+                };
+                (source.catalog_id(tool.name()), tool.clone())
+            })
+            .collect()
     }
 
     fn add_with_origin(&mut self, tool: Arc<dyn Tool>, origin: Origin) -> Result<(), Error> {
@@ -158,6 +191,14 @@ impl ToolRegistry {
                 Origin::Core => builder.core(spec),
                 Origin::Command => builder.plugin(COMMAND_TOOLS_SOURCE, false, spec),
             };
+        }
+        for (server, tool) in &self.mcp {
+            let mut spec = ToolSpec::new(tool.name(), tool.description())
+                .with_input_schema(tool.input_schema());
+            if let Some(output) = tool.output_schema() {
+                spec = spec.with_output_schema(output);
+            }
+            builder = builder.mcp(server, spec);
         }
         for tool in self.client_winners() {
             let mut spec = ToolSpec::new(tool.name(), tool.description())

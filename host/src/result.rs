@@ -36,6 +36,9 @@ pub struct Completed {
     /// `true` on results of `restartSafe` cells.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_safe: Option<bool>,
+    /// MCP servers unavailable during the call (contract §4).
+    #[serde(flatten)]
+    pub mcp_outage: McpOutage,
 }
 
 /// A parked cell: waiting on host work, or yielded.
@@ -57,6 +60,9 @@ pub struct Waiting {
     /// `true` on results of `restartSafe` cells.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_safe: Option<bool>,
+    /// MCP servers unavailable during the call (contract §4).
+    #[serde(flatten)]
+    pub mcp_outage: McpOutage,
 }
 
 /// Why a cell parked.
@@ -101,6 +107,9 @@ pub struct Failed {
     /// `true` on results of `restartSafe` cells.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replay_safe: Option<bool>,
+    /// MCP servers unavailable during the call (contract §4).
+    #[serde(flatten)]
+    pub mcp_outage: McpOutage,
 }
 
 /// Error codes (contract §5).
@@ -141,6 +150,19 @@ pub enum FailurePhase {
     Host,
 }
 
+/// MCP outage fields of a result: present (both) when a configured MCP
+/// server is unavailable, absent otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpOutage {
+    /// Configured names of the unavailable servers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unavailable_mcp_servers: Vec<String>,
+    /// Why they are unavailable and what that means for the cell.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 /// Counters reported with every result: the catalog's counters
 /// (`catalogSize`, `sources`, `counterScope`, `searchCount`,
 /// `describeCount`, `callCount`, `visibleTools`) plus the call's fuel.
@@ -172,6 +194,15 @@ impl CellResult {
             CellResult::Completed(c) => &c.telemetry,
             CellResult::Waiting(w) => &w.telemetry,
             CellResult::Failed(f) => &f.telemetry,
+        }
+    }
+
+    /// Sets the MCP outage fields.
+    pub(crate) fn set_mcp_outage(&mut self, outage: McpOutage) {
+        match self {
+            CellResult::Completed(c) => c.mcp_outage = outage,
+            CellResult::Waiting(w) => w.mcp_outage = outage,
+            CellResult::Failed(f) => f.mcp_outage = outage,
         }
     }
 

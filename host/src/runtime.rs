@@ -6,8 +6,9 @@ use crate::config::Limits;
 use crate::engine::{self, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
+use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
-use crate::result::{CellResult, Telemetry};
+use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::runs::RunRegistry;
 use crate::state::{MemoryStateStore, SqliteStateStore, StateStore};
 use quickcell_catalog::Catalog;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 pub struct RuntimeBuilder {
     limits: Limits,
     tools: ToolRegistry,
+    mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
 }
 
@@ -34,12 +36,18 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Offers these tools to cells (see [`ToolRegistry`]). Cells reach the
-    /// catalog's search and tools through the bridge; until the bridge
-    /// dispatch lands, the tools are cataloged (telemetry, search, the CLI)
-    /// but not callable from cells.
+    /// Offers these tools to cells (see [`ToolRegistry`]).
     pub fn tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Offers the tools of these downstream MCP servers to cells, as
+    /// `MCP.<server>.<tool>` (see [`crate::mcp`]). [`build`](Self::build)
+    /// connects to them; a server it cannot reach is reported on every
+    /// result instead of failing the build.
+    pub fn mcp_servers(mut self, servers: Vec<McpServerConfig>) -> Self {
+        self.mcp_servers = servers;
         self
     }
 
@@ -55,7 +63,21 @@ impl RuntimeBuilder {
     /// Creates the runtime. The first runtime of a process creates the
     /// shared Wasmtime engine and loads the pre-initialized guest from the
     /// module cache (or builds and caches it, which takes about a second).
-    pub async fn build(self) -> Result<Runtime, Error> {
+    ///
+    /// Fails with [`Error::Config`] when two MCP servers would share a
+    /// catalog name (names that differ only in characters outside
+    /// `[A-Za-z0-9_-]`).
+    pub async fn build(mut self) -> Result<Runtime, Error> {
+        let mut seen = std::collections::HashMap::new();
+        for server in &self.mcp_servers {
+            let key = quickcell_catalog::sanitize_source_name(&server.name);
+            if let Some(other) = seen.insert(key, server.name.clone()) {
+                return Err(Error::Config(format!(
+                    "MCP servers `{other}` and `{}` have the same catalog name; rename one",
+                    server.name
+                )));
+            }
+        }
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
@@ -67,16 +89,20 @@ impl RuntimeBuilder {
             None => Arc::new(MemoryStateStore::default()),
         };
         let runs = Arc::new(RunRegistry::new(store));
-        let cell_tools = Arc::new(CellTools::new(
-            self.tools.catalog(),
-            self.tools.tools().clone(),
-        ));
+        let (mcp, connected) = McpClients::start(std::mem::take(&mut self.mcp_servers)).await;
+        for server in connected {
+            for tool in server.tools {
+                self.tools.add_mcp(server.connection.name(), tool);
+            }
+        }
+        let cell_tools = Arc::new(CellTools::new(self.tools.catalog(), &self.tools));
         Ok(Runtime {
             shared,
             limits: self.limits,
             tools: self.tools,
             cell_tools,
             runs,
+            mcp,
         })
     }
 }
@@ -91,6 +117,7 @@ pub struct Runtime {
     tools: ToolRegistry,
     cell_tools: Arc<CellTools>,
     runs: Arc<RunRegistry>,
+    mcp: McpClients,
 }
 
 impl Runtime {
@@ -141,6 +168,17 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         )
     }
 
+    /// Adds `unavailableMcpServers` and `note` when an MCP server is down.
+    fn with_outage(&self, mut result: CellResult) -> CellResult {
+        if let Some((servers, note)) = self.mcp.outage() {
+            result.set_mcp_outage(McpOutage {
+                unavailable_mcp_servers: servers,
+                note: Some(note),
+            });
+        }
+        result
+    }
+
     fn env<'a>(&'a self, telemetry: &'a (dyn Fn() -> Telemetry + Sync)) -> CellEnv<'a> {
         CellEnv {
             shared: &self.shared,
@@ -161,7 +199,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
         let telemetry = || self.telemetry();
-        cell::exec(&self.env(&telemetry), &input).await
+        self.with_outage(cell::exec(&self.env(&telemetry), &input).await)
     }
 
     /// Resumes a parked cell (`wait`): restores its snapshot into a fresh
@@ -170,14 +208,14 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
         let telemetry = || self.telemetry();
-        cell::wait(&self.env(&telemetry), &input).await
+        self.with_outage(cell::wait(&self.env(&telemetry), &input).await)
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
     pub async fn wait_json(&self, args: &serde_json::Value) -> CellResult {
         match WaitInput::from_json(args) {
             Ok(input) => self.wait(input).await,
-            Err(message) => cell::input_failure(message, self.telemetry()),
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         }
     }
 
@@ -196,7 +234,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     pub async fn exec_json(&self, args: &serde_json::Value) -> CellResult {
         match ExecInput::from_json(args) {
             Ok(input) => self.exec(input).await,
-            Err(message) => cell::input_failure(message, self.telemetry()),
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         }
     }
 }
@@ -211,7 +249,7 @@ impl crate::serve::CellService for Runtime {
         };
         let result = match ExecInput::from_json(&args) {
             Ok(input) => self.exec(input.with_owner(owner)).await,
-            Err(message) => cell::input_failure(message, self.telemetry()),
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         };
         serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
     }
@@ -223,7 +261,7 @@ impl crate::serve::CellService for Runtime {
         };
         let result = match WaitInput::from_json(&args) {
             Ok(input) => self.wait(input.with_owner(owner)).await,
-            Err(message) => cell::input_failure(message, self.telemetry()),
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         };
         serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
     }

@@ -7,6 +7,7 @@ mod cli;
 mod exec;
 mod limits;
 mod mcp;
+mod mcp_client;
 mod output;
 mod source;
 mod store;

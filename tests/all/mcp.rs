@@ -16,7 +16,7 @@ fn python() -> String {
 const CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/client.py");
 
 /// Runs the client with `steps` against `target`; one JSON value per step.
-fn run(steps: Value, target: &[&str]) -> Vec<Value> {
+pub(crate) fn run(steps: Value, target: &[&str]) -> Vec<Value> {
     use std::io::Write;
     let mut child = Command::new(python())
         .arg(CLIENT)
@@ -73,7 +73,7 @@ fn stdio_in(state: &str, steps: Value) -> Vec<Value> {
 }
 
 /// The parsed result object of a `call_tool` step.
-fn result(step: &Value) -> &Value {
+pub(crate) fn result(step: &Value) -> &Value {
     assert_eq!(step["ok"], true, "{step}");
     &step["structuredContent"]
 }
