@@ -76,7 +76,7 @@ pub use result::{
     WaitReason, Waiting,
 };
 pub use runs::MAX_SUSPENDED_RUNS;
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{Runtime, RuntimeBuilder, ServeMode};
 pub use state::{Owner, STATE_FILE};
 
 /// The tool catalog and Tool Search (the `quickcell-catalog` crate).

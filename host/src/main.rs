@@ -1,7 +1,9 @@
 //! The `quickcell` command-line interface.
 
 use clap::{Args, Parser, Subcommand};
-use quickcell::{CellResult, Config, ExecInput, Owner, Runtime, ToolRegistry, WaitInput};
+use quickcell::{
+    CellResult, Config, ExecInput, Owner, Runtime, ServeMode, ToolRegistry, WaitInput,
+};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +42,8 @@ enum Command {
 
 #[derive(Args)]
 struct CatalogArgs {
-    /// TOML configuration file (`[[tools]]`, `[workspace]`, `[limits]`).
+    /// TOML configuration file (`[[tools]]`, `[workspace]`, `[limits]`,
+    /// `[mcp.servers.NAME]`).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Serve the built-in read-only workspace tools over this directory.
@@ -96,11 +99,21 @@ struct RunArgs {
     state: StateArgs,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ServeModeArg {
+    Code,
+    Tools,
+}
+
 #[derive(Args)]
 struct ServeArgs {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8765).
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// Which tools to offer: `code` (exec and wait) or `tools`
+    /// (tool_search, tool_describe and tool_call, no cells).
+    #[arg(long, value_enum, default_value_t = ServeModeArg::Code)]
+    mode: ServeModeArg,
     #[command(flatten)]
     catalog: CatalogArgs,
     #[command(flatten)]
@@ -356,9 +369,13 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
+    let mode = match args.mode {
+        ServeModeArg::Code => ServeMode::Code,
+        ServeModeArg::Tools => ServeMode::Tools,
+    };
     let served = match args.http {
-        Some(addr) => runtime.serve_mcp_http(addr).await,
-        None => runtime.serve_mcp_stdio().await,
+        Some(addr) => runtime.serve_mcp_http(addr, mode).await,
+        None => runtime.serve_mcp_stdio(mode).await,
     };
     match served {
         Ok(()) => ExitCode::SUCCESS,

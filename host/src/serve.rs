@@ -10,6 +10,13 @@
 //!   [`CellService::exec_description`], the quick index of tools) and `wait`.
 //!   Their input schemas are fixed here ([`exec_input_schema`],
 //!   [`wait_input_schema`]).
+//! - With [`ServeMode::Tools`] (`quickcell serve --mode tools`) it returns
+//!   `tool_search`, `tool_describe` and `tool_call` instead (tool-search.md
+//!   §9–10), over the same catalog and tool implementations, without cells.
+//!   Their text content is the compact JSON of the reply, wrapped in the
+//!   untrusted-content envelope when it carries MCP or client tool content
+//!   (search hits, descriptions, results, errors); `structuredContent` is
+//!   the reply itself, unwrapped.
 //! - `tools/call` for `exec` or `wait` hands the raw `arguments` object (`{}`
 //!   when absent) to [`CellService`], which validates it and returns the
 //!   result object. The tool result carries that object twice: as one text
@@ -102,7 +109,48 @@ pub(crate) trait CellService: Send + Sync + 'static {
     async fn wait(&self, session: &str, args: serde_json::Value) -> serde_json::Value;
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
+    /// Runs a structured Tool Search operation (`--mode tools`).
+    async fn catalog_operation(
+        &self,
+        operation: CatalogOperation,
+        args: serde_json::Value,
+    ) -> crate::runtime::CatalogReply;
 }
+
+/// Which tools `quickcell serve` offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServeMode {
+    /// Code Mode: `exec` and `wait` (the default).
+    #[default]
+    Code,
+    /// Structured Tool Search: `tool_search`, `tool_describe` and
+    /// `tool_call` over the same catalog, no cells.
+    Tools,
+}
+
+/// The structured Tool Search operations of [`ServeMode::Tools`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CatalogOperation {
+    /// `tool_search`.
+    Search,
+    /// `tool_describe`.
+    Describe,
+    /// `tool_call`.
+    Call,
+}
+
+/// `tool_search`'s description.
+const TOOL_SEARCH_DESCRIPTION: &str = "Search the tool catalog in English words. Pass `query` \
+(and optionally `limit`), or a batch as `queries: [{query, limit?}]` (at most 16 entries, 50 \
+results in all). Each hit has an `id` to pass to tool_describe or tool_call, a name, a \
+description, its source and a compact input hint.";
+/// `tool_describe`'s description.
+const TOOL_DESCRIBE_DESCRIPTION: &str = "The full definition of one tool: pass the `id` from \
+tool_search (a tool name works too). Returns its description and complete input schema.";
+/// `tool_call`'s description.
+const TOOL_CALL_DESCRIPTION: &str = "Call one tool: pass the `id` from tool_search and the \
+tool's `arguments` object. Trusted tools validate the arguments first; the result is the \
+tool's value.";
 
 /// The server's `instructions`, sent with `initialize` and `server/discover`.
 const INSTRUCTIONS: &str =
@@ -170,21 +218,33 @@ fn schema_object(schema: Value) -> Arc<JsonObject> {
     }
 }
 
-/// The two operations a tool call can name.
+/// The operations a tool call can name.
 #[derive(Clone, Copy, Debug)]
 enum Operation {
     Exec,
     Wait,
+    Catalog(CatalogOperation),
 }
 
 impl Operation {
-    /// The operation a tool name names, if any.
-    fn from_tool_name(name: &str) -> Option<Self> {
-        match name {
-            "exec" => Some(Self::Exec),
-            "wait" => Some(Self::Wait),
-            _ => None,
+    /// The operations `mode` offers, in `tools/list` order.
+    fn offered(mode: ServeMode) -> &'static [Operation] {
+        match mode {
+            ServeMode::Code => &[Self::Exec, Self::Wait],
+            ServeMode::Tools => &[
+                Self::Catalog(CatalogOperation::Search),
+                Self::Catalog(CatalogOperation::Describe),
+                Self::Catalog(CatalogOperation::Call),
+            ],
         }
+    }
+
+    /// The operation a tool name names in `mode`, if any.
+    fn from_tool_name(mode: ServeMode, name: &str) -> Option<Self> {
+        Self::offered(mode)
+            .iter()
+            .copied()
+            .find(|op| op.name() == name)
     }
 
     /// The tool name.
@@ -192,8 +252,60 @@ impl Operation {
         match self {
             Self::Exec => "exec",
             Self::Wait => "wait",
+            Self::Catalog(CatalogOperation::Search) => "tool_search",
+            Self::Catalog(CatalogOperation::Describe) => "tool_describe",
+            Self::Catalog(CatalogOperation::Call) => "tool_call",
         }
     }
+}
+
+/// `tool_search`'s input schema.
+fn tool_search_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What the tool should do, in English words."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Most hits for `query`."},
+            "queries": {
+                "type": "array",
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+                    "required": ["query"]
+                }
+            }
+        }
+    })
+}
+
+/// `tool_describe`'s input schema.
+fn tool_describe_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"id": {"type": "string", "description": "A tool id from tool_search."}},
+        "required": ["id"]
+    })
+}
+
+/// `tool_call`'s input schema.
+fn tool_call_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "A tool id from tool_search."},
+            "arguments": {"type": "object", "description": "The tool's arguments."}
+        },
+        "required": ["id"]
+    })
+}
+
+/// The MCP tool result of a structured Tool Search operation.
+fn catalog_result(reply: crate::runtime::CatalogReply) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(reply.text)]);
+    result.structured_content = Some(reply.value);
+    result.is_error = Some(reply.is_error);
+    result
 }
 
 /// The MCP tool result for a quickcell result object: its compact JSON as the
@@ -212,6 +324,8 @@ fn tool_result(result: Value) -> CallToolResult {
 /// one per sessionless HTTP request).
 struct McpServer<S> {
     service: Arc<S>,
+    /// Which tools this server offers.
+    mode: ServeMode,
     /// This handler's own session id, drawn when it is created.
     session: Arc<str>,
     /// Set once this handler has answered `initialize`, i.e. it is bound to a
@@ -223,9 +337,10 @@ struct McpServer<S> {
 
 impl<S: CellService> McpServer<S> {
     /// A handler with a fresh session id.
-    fn new(service: Arc<S>, sessionless: Option<Arc<str>>) -> Self {
+    fn new(service: Arc<S>, mode: ServeMode, sessionless: Option<Arc<str>>) -> Self {
         Self {
             service,
+            mode,
             session: new_session_id(),
             initialized: AtomicBool::new(false),
             sessionless,
@@ -250,6 +365,18 @@ impl<S: CellService> McpServer<S> {
             ),
             Operation::Wait => {
                 Tool::new("wait", WAIT_DESCRIPTION, schema_object(wait_input_schema()))
+            }
+            Operation::Catalog(op) => {
+                let (description, schema) = match op {
+                    CatalogOperation::Search => {
+                        (TOOL_SEARCH_DESCRIPTION, tool_search_input_schema())
+                    }
+                    CatalogOperation::Describe => {
+                        (TOOL_DESCRIBE_DESCRIPTION, tool_describe_input_schema())
+                    }
+                    CatalogOperation::Call => (TOOL_CALL_DESCRIPTION, tool_call_input_schema()),
+                };
+                Tool::new(operation.name(), description, schema_object(schema))
             }
         }
     }
@@ -297,10 +424,12 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
-            self.tool(Operation::Exec),
-            self.tool(Operation::Wait),
-        ]))
+        Ok(ListToolsResult::with_all_items(
+            Operation::offered(self.mode)
+                .iter()
+                .map(|&op| self.tool(op))
+                .collect(),
+        ))
     }
 
     /// rmcp hands over a request whose params do not parse as its method's
@@ -333,7 +462,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        Operation::from_tool_name(name).map(|operation| self.tool(operation))
+        Operation::from_tool_name(self.mode, name).map(|operation| self.tool(operation))
     }
 
     async fn call_tool(
@@ -341,7 +470,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(operation) = Operation::from_tool_name(&request.name) else {
+        let Some(operation) = Operation::from_tool_name(self.mode, &request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),
                 None,
@@ -354,12 +483,13 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         // instead of leaving it unanswered.
         let task = tokio::spawn(async move {
             match operation {
-                Operation::Exec => service.exec(&session, args).await,
-                Operation::Wait => service.wait(&session, args).await,
+                Operation::Exec => tool_result(service.exec(&session, args).await),
+                Operation::Wait => tool_result(service.wait(&session, args).await),
+                Operation::Catalog(op) => catalog_result(service.catalog_operation(op, args).await),
             }
         });
         match task.await {
-            Ok(result) => Ok(tool_result(result).into()),
+            Ok(result) => Ok(result.into()),
             Err(error) => {
                 tracing::error!(tool = operation.name(), %error, "the cell service failed");
                 Err(ErrorData::internal_error(
@@ -373,8 +503,11 @@ impl<S: CellService> ServerHandler for McpServer<S> {
 
 /// Serves MCP over stdin/stdout until the client closes stdin. The connection
 /// is one MCP session with one session id.
-pub(crate) async fn serve_stdio<S: CellService>(service: Arc<S>) -> anyhow::Result<()> {
-    let server = McpServer::new(service, None);
+pub(crate) async fn serve_stdio<S: CellService>(
+    service: Arc<S>,
+    mode: ServeMode,
+) -> anyhow::Result<()> {
+    let server = McpServer::new(service, mode, None);
     let session = server.session.clone();
     tracing::debug!(%session, "serving MCP over stdio");
     let (stdin, stdout) = rmcp::transport::stdio();
@@ -457,6 +590,7 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for LenientStart<T> {
 pub(crate) async fn serve_http<S: CellService>(
     service: Arc<S>,
     addr: SocketAddr,
+    mode: ServeMode,
 ) -> anyhow::Result<()> {
     let sessionless = new_session_id();
     let mut sessions = LocalSessionManager::default();
@@ -470,7 +604,13 @@ pub(crate) async fn serve_http<S: CellService>(
         config.allowed_hosts.push(ip.to_string());
     }
     let mcp = StreamableHttpService::new(
-        move || Ok(McpServer::new(service.clone(), Some(sessionless.clone()))),
+        move || {
+            Ok(McpServer::new(
+                service.clone(),
+                mode,
+                Some(sessionless.clone()),
+            ))
+        },
         Arc::new(sessions),
         config,
     );

@@ -321,18 +321,8 @@ async fn a_streamable_http_server_is_called_like_a_stdio_one() {
 
 #[test]
 fn quickcell_serve_exposes_a_downstream_server_to_a_real_mcp_client() {
-    let dir = std::env::temp_dir().join(format!("quickcell-mcpc-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("quickcell.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[mcp.servers.accounting]\ncommand = {:?}\nargs = [{:?}]\n",
-            python(),
-            SERVER
-        ),
-    )
-    .unwrap();
+    let config = config_with_accounting();
+    let dir = config.parent().unwrap().to_path_buf();
     let steps = json!([
         {"op": "call_tool", "name": "exec", "args": {"title": "downstream", "code":
             "const r = await MCP.accounting.listInvoices({ customer: 'mcp client' }); return r.structuredContent.invoices.map((i) => i.customer);"}},
@@ -353,4 +343,119 @@ fn quickcell_serve_exposes_a_downstream_server_to_a_real_mcp_client() {
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["value"], json!(["mcp client", "mcp client"]));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A config file naming the fixture server over stdio, in a fresh directory.
+fn config_with_accounting() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quickcell-mcpc-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.servers.accounting]\ncommand = {:?}\nargs = [{:?}]\n",
+            python(),
+            SERVER
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn serve_mode_tools_offers_search_describe_and_call_over_the_same_catalog() {
+    let config = config_with_accounting();
+    let steps = json!([
+        {"op": "list_tools"},
+        {"op": "call_tool", "name": "tool_search", "args": {"query": "open invoices customer"}},
+        {"op": "call_tool", "name": "tool_describe", "args": {"id": "mcp:accounting:list-invoices"}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "mcp:accounting:list-invoices", "arguments": {"customer": "tools mode"}}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "read", "path": "Cargo.toml", "limit": 1}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "no_such_tool"}},
+        {"op": "call_tool", "name": "exec", "args": {"title": "t", "code": "return 1"}},
+    ]);
+    let out = crate::mcp::run(
+        steps,
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--mode",
+            "tools",
+            "--config",
+            config.to_str().unwrap(),
+            "--workspace",
+            env!("CARGO_MANIFEST_DIR"),
+        ],
+    );
+    let names: Vec<&str> = out[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tool_search", "tool_describe", "tool_call"]);
+
+    let search = &out[1];
+    let hits = &search["structuredContent"]["results"][0]["hits"];
+    assert_eq!(hits[0]["id"], "mcp:accounting:list-invoices", "{search}");
+    assert_eq!(hits[0]["source"], "mcp");
+    let text = search["text"][0].as_str().unwrap();
+    assert!(
+        text.contains("EXTERNAL_UNTRUSTED_CONTENT") && text.contains("SECURITY NOTICE:"),
+        "MCP metadata is wrapped as untrusted: {text}"
+    );
+
+    let describe = &out[2]["structuredContent"];
+    assert_eq!(describe["kind"], "mcp_api", "{describe}");
+    assert_eq!(
+        describe["schemas"]["listInvoices"]["required"],
+        json!(["customer"])
+    );
+
+    let call = &out[3];
+    assert_eq!(call["isError"], false, "{call}");
+    assert_eq!(
+        call["structuredContent"]["structuredContent"]["total"],
+        15050
+    );
+    assert!(call["text"][0]
+        .as_str()
+        .unwrap()
+        .contains("EXTERNAL_UNTRUSTED_CONTENT"));
+
+    // A host tool, its arguments flattened beside the id (repaired).
+    let read = &out[4];
+    assert_eq!(read["isError"], false, "{read}");
+    assert!(
+        !read["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("EXTERNAL_UNTRUSTED_CONTENT"),
+        "trusted host results are not wrapped"
+    );
+    assert!(
+        read["structuredContent"].to_string().contains("[package]")
+            || read["structuredContent"]
+                .to_string()
+                .contains("[workspace]"),
+        "{read}"
+    );
+
+    let unknown = &out[5];
+    assert_eq!(unknown["isError"], true, "{unknown}");
+    assert!(
+        unknown["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("Use tool_search"),
+        "{unknown}"
+    );
+
+    assert_eq!(
+        out[6]["ok"], false,
+        "exec is not offered in tools mode: {}",
+        out[6]
+    );
+    let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
