@@ -161,6 +161,10 @@ pub(crate) struct BridgeState {
     /// cell completes.
     #[serde(default)]
     pub store_writes: BTreeMap<String, Option<String>>,
+    /// `"mcp"` or `"client"` once the cell may have seen content from such
+    /// a provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub untrusted_source: Option<String>,
 }
 
 /// The session and agent run a cell's `store` / `load` / `results` reach.
@@ -185,6 +189,9 @@ pub(crate) struct Bridge {
     reply_inbox_bytes: usize,
     session: Option<SessionAccess>,
     store_writes: BTreeMap<String, Option<String>>,
+    /// The untrusted provider whose content the cell may have seen:
+    /// `"mcp"` wins over `"client"`.
+    untrusted_source: Option<&'static str>,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
 }
@@ -233,7 +240,6 @@ fn catalog_err(id: u64, e: CatalogError) -> Value {
 impl Bridge {
     pub(crate) fn new(tools: Arc<CellTools>, max_in_flight: usize, restart_safe: bool) -> Self {
         Self {
-            tools,
             max_in_flight: max_in_flight.max(1),
             restart_safe,
             in_flight: JoinSet::new(),
@@ -245,7 +251,32 @@ impl Bridge {
             reply_inbox_bytes: usize::MAX,
             session: None,
             store_writes: BTreeMap::new(),
+            // Client tools' metadata reaches every cell through `catalog.all()`.
+            untrusted_source: tools
+                .catalog
+                .entries()
+                .iter()
+                .any(|e| e.kind() == SourceKind::Client)
+                .then_some("client"),
+            tools,
             dispatch_started: false,
+        }
+    }
+
+    /// The untrusted provider whose content the cell may have seen.
+    pub(crate) fn untrusted_source(&self) -> Option<&'static str> {
+        self.untrusted_source
+    }
+
+    /// Records that the cell may have seen content of `source` (a catalog
+    /// source kind); trusted host content is ignored.
+    fn note_source(&mut self, source: SourceKind) {
+        match source {
+            SourceKind::Mcp => self.untrusted_source = Some("mcp"),
+            SourceKind::Client if self.untrusted_source.is_none() => {
+                self.untrusted_source = Some("client")
+            }
+            _ => {}
         }
     }
 
@@ -309,6 +340,11 @@ impl Bridge {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
         bridge.store_writes = state.store_writes;
+        match state.untrusted_source.as_deref() {
+            Some("mcp") => bridge.note_source(SourceKind::Mcp),
+            Some(_) => bridge.note_source(SourceKind::Client),
+            None => {}
+        }
         bridge.ready = state.ready;
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
@@ -354,6 +390,7 @@ impl Bridge {
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
             store_writes: self.store_writes.clone(),
+            untrusted_source: self.untrusted_source.map(str::to_owned),
         }
     }
 
@@ -516,14 +553,18 @@ impl Bridge {
                 return true;
             }
         };
-        let tools = &self.tools;
+        let tools = self.tools.clone();
         match request.method.as_str() {
             "search" => {
                 let query = args["query"].as_str().unwrap_or("");
                 let limit = args.get("limit").filter(|v| !v.is_null());
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
+                let sources: Vec<SourceKind> = metas.iter().map(|m| m.source).collect();
                 let settlement = ok(id, serde_json::to_value(metas).unwrap_or(Value::Null));
                 let settlement = self.fit_inbox(settlement, "search");
+                for source in sources {
+                    self.note_source(source);
+                }
                 self.ready.push(settlement);
                 true
             }
@@ -540,6 +581,9 @@ impl Bridge {
             }
             "apiRead" => {
                 let path = args["path"].as_str().unwrap_or("");
+                if path.starts_with("mcp/") {
+                    self.note_source(SourceKind::Mcp);
+                }
                 let settlement = match tools.catalog.api_read(&tools.projection, path) {
                     Ok(text) => ok(id, Value::String(text)),
                     Err(e) => catalog_err(id, e),
@@ -549,6 +593,7 @@ impl Bridge {
                 true
             }
             "mcpApi" => {
+                self.note_source(SourceKind::Mcp);
                 let server = args["server"].as_str().unwrap_or("");
                 let method = args["method"].as_str();
                 let schema = args["schema"].as_bool().unwrap_or(false);
@@ -562,12 +607,18 @@ impl Bridge {
             }
             "describe" => {
                 let callable = args["callable"].as_str().unwrap_or("");
-                self.ready.push(
-                    match tools.catalog.guest_describe(&tools.projection, callable) {
-                        Ok(v) => ok(id, v),
-                        Err(e) => catalog_err(id, e),
-                    },
-                );
+                let settlement = match tools.catalog.guest_describe(&tools.projection, callable) {
+                    Ok(v) => {
+                        if v["kind"] == "mcp_api" {
+                            self.note_source(SourceKind::Mcp);
+                        } else if v["source"] == "client" {
+                            self.note_source(SourceKind::Client);
+                        }
+                        ok(id, v)
+                    }
+                    Err(e) => catalog_err(id, e),
+                };
+                self.ready.push(settlement);
                 true
             }
             "sleep" => {
@@ -628,6 +679,7 @@ impl Bridge {
                     ));
                     return true;
                 };
+                self.note_source(prepared.source);
                 // The catalog's mark: only trusted host tools carry it.
                 let replay_safe = prepared.replay_safe;
                 if self.restart_safe && !replay_safe {

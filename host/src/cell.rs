@@ -317,6 +317,7 @@ async fn restore(
     let unusable = |e: String| {
         CellResult::Failed(Failed {
             mcp_outage: Default::default(),
+            untrusted_source: None,
             error: format!("InternalError: code mode snapshot is unusable: {e}"),
             code: ErrorCode::InternalError,
             output: Vec::new(),
@@ -364,6 +365,7 @@ async fn restore(
     if grow_pages > 0 && memory.grow(&mut store, grow_pages).is_err() {
         return Err(CellResult::Failed(Failed {
             mcp_outage: Default::default(),
+            untrusted_source: None,
             error: crate::Error::MemoryLimitExceeded.to_string(),
             code: ErrorCode::MemoryLimitExceeded,
             output: Vec::new(),
@@ -587,6 +589,7 @@ impl LiveCell {
             }
         }
         let replay_safe = self.replay_safe();
+        let untrusted_source = self.bridge.untrusted_source();
         let budget = self.max_output.saturating_sub(self.delivered);
         // Only a value over half the budget can be cut (§10.2).
         let oversized = match &ending {
@@ -599,6 +602,7 @@ impl LiveCell {
         let owner = self.owner.clone();
         release_in_background(self.store);
         let mut result = finish(ending, output, budget, dispatch_started, telemetry);
+        result.set_untrusted_source(untrusted_source);
         match &mut result {
             CellResult::Completed(c) => {
                 c.replay_safe = replay_safe;
@@ -762,6 +766,7 @@ impl LiveCell {
             })
             .collect();
         let replay_safe = self.replay_safe();
+        let untrusted_source = self.bridge.untrusted_source();
         let LiveCell {
             bridge,
             store,
@@ -775,6 +780,7 @@ impl LiveCell {
         drop(slot);
         CellResult::Waiting(Waiting {
             mcp_outage: Default::default(),
+            untrusted_source,
             run_id,
             reason,
             pending_tool_calls,
@@ -886,6 +892,7 @@ fn bridge_failure(error: String) -> Ending {
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
+        untrusted_source: None,
         error,
         code: ErrorCode::InvalidInput,
         output: Vec::new(),
@@ -1011,6 +1018,7 @@ fn trap_summary(err: &wasmtime::Error) -> String {
 fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
+        untrusted_source: None,
         error,
         code: ErrorCode::InternalError,
         output: Vec::new(),
@@ -1024,6 +1032,7 @@ fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
 fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
+        untrusted_source: None,
         error,
         code: ErrorCode::RuntimeUnavailable,
         output: Vec::new(),
@@ -1053,6 +1062,7 @@ fn finish(
         Err(e) => {
             return CellResult::Failed(Failed {
                 mcp_outage: Default::default(),
+                untrusted_source: None,
                 error: format!("code mode output limit exceeded: {e}"),
                 code: ErrorCode::OutputLimitExceeded,
                 output: Vec::new(),
@@ -1072,6 +1082,7 @@ fn finish(
     match ending {
         Ending::Completed { .. } => CellResult::Completed(Completed {
             mcp_outage: Default::default(),
+            untrusted_source: None,
             value: fitted.value.unwrap_or(Value::Null),
             warnings: Vec::new(),
             output: fitted.output,
@@ -1080,6 +1091,7 @@ fn finish(
         }),
         Ending::Failed { code, phase, .. } => CellResult::Failed(Failed {
             mcp_outage: Default::default(),
+            untrusted_source: None,
             error: fitted.error.unwrap_or_default(),
             code,
             output: fitted.output,

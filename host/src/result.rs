@@ -39,6 +39,13 @@ pub struct Completed {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Set when the value, output or error may carry text from an
+    /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
+    /// client tool). Model-facing renderings wrap such results in the
+    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// structured result is unchanged. Not serialized.
+    #[serde(skip)]
+    pub untrusted_source: Option<&'static str>,
 }
 
 /// A parked cell: waiting on host work, or yielded.
@@ -63,6 +70,13 @@ pub struct Waiting {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Set when the value, output or error may carry text from an
+    /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
+    /// client tool). Model-facing renderings wrap such results in the
+    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// structured result is unchanged. Not serialized.
+    #[serde(skip)]
+    pub untrusted_source: Option<&'static str>,
 }
 
 /// Why a cell parked.
@@ -110,6 +124,13 @@ pub struct Failed {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Set when the value, output or error may carry text from an
+    /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
+    /// client tool). Model-facing renderings wrap such results in the
+    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// structured result is unchanged. Not serialized.
+    #[serde(skip)]
+    pub untrusted_source: Option<&'static str>,
 }
 
 /// Error codes (contract §5).
@@ -203,6 +224,24 @@ impl CellResult {
             CellResult::Completed(c) => c.mcp_outage = outage,
             CellResult::Waiting(w) => w.mcp_outage = outage,
             CellResult::Failed(f) => f.mcp_outage = outage,
+        }
+    }
+
+    /// Which untrusted provider's content the result may carry, if any
+    /// (see [`Completed::untrusted_source`]).
+    pub fn untrusted_source(&self) -> Option<&'static str> {
+        match self {
+            CellResult::Completed(c) => c.untrusted_source,
+            CellResult::Waiting(w) => w.untrusted_source,
+            CellResult::Failed(f) => f.untrusted_source,
+        }
+    }
+
+    pub(crate) fn set_untrusted_source(&mut self, source: Option<&'static str>) {
+        match self {
+            CellResult::Completed(c) => c.untrusted_source = source,
+            CellResult::Waiting(w) => w.untrusted_source = source,
+            CellResult::Failed(f) => f.untrusted_source = source,
         }
     }
 

@@ -372,28 +372,26 @@ impl Runtime {
 #[async_trait::async_trait]
 impl crate::serve::CellService for Runtime {
     /// An MCP session is both the agent run and the session of its cells.
-    async fn exec(&self, session: &str, args: serde_json::Value) -> serde_json::Value {
+    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult {
         let owner = crate::state::Owner {
             agent_run: session.to_string(),
             session: session.to_string(),
         };
-        let result = match ExecInput::from_json(&args) {
+        match ExecInput::from_json(&args) {
             Ok(input) => self.exec(input.with_owner(owner)).await,
             Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
-        };
-        serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
+        }
     }
 
-    async fn wait(&self, session: &str, args: serde_json::Value) -> serde_json::Value {
+    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult {
         let owner = crate::state::Owner {
             agent_run: session.to_string(),
             session: session.to_string(),
         };
-        let result = match WaitInput::from_json(&args) {
+        match WaitInput::from_json(&args) {
             Ok(input) => self.wait(input.with_owner(owner)).await,
             Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
-        };
-        serde_json::to_value(&result).unwrap_or(serde_json::Value::Null)
+        }
     }
 
     fn exec_description(&self) -> String {

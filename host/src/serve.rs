@@ -20,7 +20,10 @@
 //! - `tools/call` for `exec` or `wait` hands the raw `arguments` object (`{}`
 //!   when absent) to [`CellService`], which validates it and returns the
 //!   result object. The tool result carries that object twice: as one text
-//!   content block holding its compact JSON, and as `structuredContent`.
+//!   content block holding its compact JSON (inside the untrusted-content
+//!   envelope when the cell may carry text from an MCP server or a client
+//!   tool, see [`crate::CellResult::untrusted_source`]), and as
+//!   `structuredContent`.
 //!   `isError` is `true` exactly when the object's `"status"` is `"failed"`.
 //!   Any other tool name, and `tools/call` params that do not parse (say,
 //!   `arguments` that is not an object), are a JSON-RPC `-32602` (invalid
@@ -103,10 +106,10 @@ use serde_json::{json, Value};
 /// What the MCP server needs from quickcell.
 #[async_trait::async_trait]
 pub(crate) trait CellService: Send + Sync + 'static {
-    /// Runs `exec` with raw MCP arguments for the given MCP session id; returns the result JSON object.
-    async fn exec(&self, session: &str, args: serde_json::Value) -> serde_json::Value;
+    /// Runs `exec` with raw MCP arguments for the given MCP session id.
+    async fn exec(&self, session: &str, args: serde_json::Value) -> crate::result::CellResult;
     /// Runs `wait` likewise.
-    async fn wait(&self, session: &str, args: serde_json::Value) -> serde_json::Value;
+    async fn wait(&self, session: &str, args: serde_json::Value) -> crate::result::CellResult;
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
     /// Runs a structured Tool Search operation (`--mode tools`).
@@ -308,16 +311,23 @@ fn catalog_result(reply: crate::runtime::CatalogReply) -> CallToolResult {
     result
 }
 
-/// The MCP tool result for a quickcell result object: its compact JSON as the
-/// one text block, the object as `structuredContent`, and `isError` when its
-/// `status` is `failed`.
-fn tool_result(result: Value) -> CallToolResult {
-    let failed = result.get("status").and_then(Value::as_str) == Some("failed");
-    if failed {
-        CallToolResult::structured_error(result)
-    } else {
-        CallToolResult::structured(result)
-    }
+/// The MCP tool result for a quickcell result: its compact JSON as the one
+/// text block (wrapped in the untrusted-content envelope when the cell may
+/// carry MCP or client content), the result object as `structuredContent`,
+/// and `isError` when it failed.
+fn tool_result(result: crate::result::CellResult) -> CallToolResult {
+    let untrusted = result.untrusted_source();
+    let failed = result.status() == "failed";
+    let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+    let text = value.to_string();
+    let text = match untrusted {
+        Some(source) => quickcell_catalog::wrap_untrusted(source, &text),
+        None => text,
+    };
+    let mut out = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
+    out.structured_content = Some(value);
+    out.is_error = Some(failed);
+    out
 }
 
 /// The rmcp handler: one per stdio connection, one per HTTP MCP session (and

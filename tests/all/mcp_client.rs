@@ -113,6 +113,21 @@ async fn downstream_tools_are_listed_searched_described_and_called() {
     assert_eq!(t["sources"]["mcp"], 6, "{t}");
     assert_eq!(t["callCount"], 4, "four MCP calls reached the server: {t}");
     assert!(json(&r).get("unavailableMcpServers").is_none());
+    assert_eq!(
+        r.untrusted_source(),
+        Some("mcp"),
+        "model-facing text gets wrapped"
+    );
+    // A cell that touches no MCP content is not marked, servers or not.
+    let plain = exec(&rt, "return 1 + 1").await;
+    assert_eq!(plain.untrusted_source(), None);
+    // Discovery metadata alone marks it.
+    let found = exec(
+        &rt,
+        r#"return (await catalog.search("echo a message")).length"#,
+    )
+    .await;
+    assert_eq!(found.untrusted_source(), Some("mcp"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,6 +253,11 @@ async fn a_slow_mcp_call_parks_the_cell_and_wait_finishes_it() {
         result = rt.wait(WaitInput::new(&w.run_id)).await;
     }
     assert_eq!(value(&result), json!("slept"));
+    assert_eq!(
+        result.untrusted_source(),
+        Some("mcp"),
+        "the mark survives parking"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -342,6 +362,11 @@ fn quickcell_serve_exposes_a_downstream_server_to_a_real_mcp_client() {
     let result = crate::mcp::result(&out[0]);
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["value"], json!(["mcp client", "mcp client"]));
+    let text = out[0]["text"][0].as_str().unwrap();
+    assert!(
+        text.starts_with("<<<EXTERNAL_UNTRUSTED_CONTENT") && text.contains("SECURITY NOTICE:"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
