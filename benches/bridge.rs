@@ -6,6 +6,11 @@
 //!   round trip is (this − `bridge_1_call`) / 99;
 //! - `bridge_promise_all_100`: 100 calls awaited together.
 //!
+//! - `mcp_1_call`, `mcp_10_sequential`: the same through a downstream MCP
+//!   server over stdio (`fixtures/mcp/server.py`, Python `mcp` SDK; skipped
+//!   when `scripts/setup` has not installed `.venv-mcp`). Most of this is
+//!   the Python server's own time.
+//!
 //! Run with `cargo bench --bench bridge`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -63,5 +68,39 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-criterion_group!(bridge, benches);
+fn mcp_benches(c: &mut Criterion) {
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python");
+    if !std::path::Path::new(python).exists() {
+        eprintln!("mcp benches skipped: run scripts/setup to install .venv-mcp");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = quickcell::McpServerConfig::stdio(
+        "accounting",
+        python,
+        &[concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/server.py")],
+    );
+    let runtime = rt
+        .block_on(Runtime::builder().mcp_servers(vec![server]).build())
+        .unwrap();
+    let cells = [
+        ("mcp_1_call", "await MCP.accounting.echo({message: 'x'}); return 1"),
+        (
+            "mcp_10_sequential",
+            "for (let i = 0; i < 10; i++) await MCP.accounting.echo({message: 'x'}); return 1",
+        ),
+    ];
+    for (name, code) in cells {
+        let check = rt.block_on(runtime.exec(ExecInput::new("bench", code)));
+        assert_eq!(check.status(), "completed", "{}", check.to_json());
+        c.bench_function(name, |b| {
+            b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", code))))
+        });
+    }
+}
+
+criterion_group!(bridge, benches, mcp_benches);
 criterion_main!(bridge);
