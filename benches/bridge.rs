@@ -81,13 +81,19 @@ fn mcp_benches(c: &mut Criterion) {
     let server = quickcell::McpServerConfig::stdio(
         "accounting",
         python,
-        &[concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/server.py")],
+        &[concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/mcp/server.py"
+        )],
     );
     let runtime = rt
         .block_on(Runtime::builder().mcp_servers(vec![server]).build())
         .unwrap();
     let cells = [
-        ("mcp_1_call", "await MCP.accounting.echo({message: 'x'}); return 1"),
+        (
+            "mcp_1_call",
+            "await MCP.accounting.echo({message: 'x'}); return 1",
+        ),
         (
             "mcp_10_sequential",
             "for (let i = 0; i < 10; i++) await MCP.accounting.echo({message: 'x'}); return 1",

@@ -161,11 +161,18 @@ impl Runtime {
             .cell_tools
             .catalog
             .quick_index(&self.cell_tools.projection);
+        // Only the fact that MCP tools exist: their names are untrusted and
+        // never enter the prompt.
+        let mcp = if self.cell_tools.mcp_layout.is_empty() {
+            ""
+        } else {
+            " Tools of MCP servers live under MCP.<server>.<tool>(args) (one object argument; the result is {content, structuredContent?, isError?}); find them with catalog.search."
+        };
         format!(
             "Run JavaScript (the body of an async function: top-level await and return work) in a sandbox whose tools are async globals, e.g. `const r = await read({{path: \"README.md\"}}); return r;`. \
 Use text(v) / json(v) / console.log to emit output, catalog.search(query) to find more tools (results are callable), store/load for session values, results.save/load for large data. \
 The result is {{status: completed | waiting | failed}}; a waiting cell is resumed with wait({{runId}}). \
-In the index, `-> ?` means the output shape is unknown: return it raw (or await results.save(value)) and inspect it in a later cell before relying on guessed fields.\n\n{index}"
+In the index, `-> ?` means the output shape is unknown: return it raw (or await results.save(value)) and inspect it in a later cell before relying on guessed fields.{mcp}\n\n{index}"
         )
     }
 
