@@ -112,6 +112,11 @@ fn engine_config() -> Config {
     config.async_stack_size(MAX_WASM_STACK + (1 << 20));
     config.memory_init_cow(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // Profiling aid: with `QUICKCELL_PERFMAP` set, Wasmtime writes
+    // `/tmp/perf-<pid>.map`, so `perf report` names the guest's functions.
+    if std::env::var_os("QUICKCELL_PERFMAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     let mut pool = PoolingAllocationConfig::default();
     pool.total_core_instances(POOL_INSTANCES)
         .total_memories(POOL_INSTANCES)

@@ -119,3 +119,32 @@ async fn huge_output_stream_is_bounded_on_the_host() {
     assert!(payload_bytes(&r) <= 4096);
     assert_eq!(value(&r), "end");
 }
+
+/// Values reach the host as JSON text written by the guest's own serializer
+/// (not QuickJS's `JSON.stringify`, which costs ten times the fuel). Each
+/// value here must come out exactly as `JSON.stringify` writes it.
+#[tokio::test]
+async fn values_serialize_exactly_as_json_stringify_would() {
+    let r = crate::run(
+        r#"
+        const values = [
+          0.1, -0, 1e21, 1e20, 1.5e-7, 0.000001, -2.5, 123456789.125, 2 ** 53 + 2, -1e-300, 5e-324,
+          "quote \" backslash \\ newline \n tab \t bell \x07 del \x7f é 😀",
+          { b: 1, a: 2, 10: "ten", 2: "two", "": "empty" },
+          [1, "x", null, true, false, [], {}],
+          { nested: { deeper: [{ k: [0.5] }] } },
+        ];
+        return values.map((v) => [v, JSON.stringify(v)]);
+        "#,
+    )
+    .await;
+    for pair in value(&r).as_array().unwrap() {
+        let expected: Value = serde_json::from_str(pair[1].as_str().unwrap()).unwrap();
+        assert_eq!(pair[0], expected, "{}", pair[1]);
+        // Key order is part of the text.
+        assert_eq!(
+            serde_json::to_string(&pair[0]).unwrap(),
+            serde_json::to_string(&expected).unwrap()
+        );
+    }
+}
