@@ -26,6 +26,7 @@ use javy::quickjs::{
 use javy::{Config, Runtime};
 
 mod plain_json;
+mod project;
 use serde::Deserialize;
 use std::cell::RefCell;
 
@@ -89,6 +90,28 @@ pub extern "C" fn wizer_initialize() {
     });
 }
 
+/// `native.projectJson(value)`: see [`project::project_json`].
+fn project_json_native<'js>(ctx: Ctx<'js>, value: Value<'js>) -> javy::quickjs::Result<Value<'js>> {
+    Ok(match project::project_json(&ctx, &value) {
+        project::Projected::Text(text) => {
+            javy::quickjs::String::from_str(ctx.clone(), &text)?.into_value()
+        }
+        project::Projected::Undefined => Value::new_undefined(ctx.clone()),
+        project::Projected::Fallback => Value::new_null(ctx.clone()),
+    })
+}
+
+/// `native.projectionIntrinsics(...)`: see [`project::set_intrinsics`].
+fn projection_intrinsics<'js>(
+    ctx: Ctx<'js>,
+    date_proto: Object<'js>,
+    error_proto: Object<'js>,
+    to_iso: Function<'js>,
+    unawaited: String,
+) {
+    project::set_intrinsics(&ctx, date_proto, error_proto, to_iso, unawaited);
+}
+
 fn build_state() -> anyhow_like::Result<State> {
     let mut config = Config::default();
     config
@@ -126,6 +149,15 @@ fn build_state() -> anyhow_like::Result<State> {
                 "stringify",
                 Func::from(|ctx: Ctx<'_>, value: Value<'_>| plain_json::stringify(&ctx, &value)),
             )
+            .map_err(|e| e.to_string())?;
+        // The safe projection as JSON text (see `project`): a string, or
+        // `undefined` when the value projects to undefined, or `null` when
+        // the prelude must project it itself.
+        native
+            .set("projectJson", Func::from(project_json_native))
+            .map_err(|e| e.to_string())?;
+        native
+            .set("projectionIntrinsics", Func::from(projection_intrinsics))
             .map_err(|e| e.to_string())?;
         native
             .set(

@@ -24,7 +24,7 @@
 use javy::quickjs::{qjs, Array, Atom, Ctx, Object, Value};
 use std::fmt::Write as _;
 
-/// Deepest nesting written here; the projection stops at 256.
+/// Deepest nesting written here; the projection stops at 100.
 const MAX_DEPTH: usize = 512;
 
 /// The JSON text of `value`, or `None` when it is not plain data (the
@@ -109,7 +109,7 @@ fn write_object(ctx: &Ctx<'_>, object: &Object<'_>, out: &mut String, depth: usi
 }
 
 /// ECMAScript `Number::toString` for a finite double (`null` otherwise).
-fn write_number(f: f64, out: &mut String) {
+pub(crate) fn write_number(f: f64, out: &mut String) {
     if !f.is_finite() {
         out.push_str("null");
     } else if f == 0.0 {
@@ -132,7 +132,7 @@ fn write_number(f: f64, out: &mut String) {
 
 /// Writes a JS string as a JSON string literal. QuickJS hands out lone
 /// surrogates as their 3-byte (WTF-8) encoding; they become `\udXXX`.
-fn write_string(ctx: &Ctx<'_>, value: &Value<'_>, out: &mut String) -> Option<()> {
+pub(crate) fn write_string(ctx: &Ctx<'_>, value: &Value<'_>, out: &mut String) -> Option<()> {
     let mut len: usize = 0;
     // SAFETY: `value` is a live string of this context; the returned buffer
     // is freed below and not used afterwards.
@@ -146,7 +146,7 @@ fn write_string(ctx: &Ctx<'_>, value: &Value<'_>, out: &mut String) -> Option<()
     Some(())
 }
 
-fn escape_wtf8(bytes: &[u8], out: &mut String) {
+pub(crate) fn escape_wtf8(bytes: &[u8], out: &mut String) {
     out.push('"');
     let mut i = 0;
     let mut start = 0;

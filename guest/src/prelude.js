@@ -78,7 +78,9 @@
     "[Unawaited Promise: use await or Promise.all(...) before emitting or returning values.]";
   // Nesting depth at which the projection stops descending; deeper values
   // become this marker instead of overflowing the stack.
-  const MAX_PROJECTION_DEPTH = 256;
+  // 100 keeps the host's JSON (result and output wrappers included) under
+  // serde_json's nesting limit of 128.
+  const MAX_PROJECTION_DEPTH = 100;
   const DEPTH_MARKER = "[Depth limit]";
 
   // ---------------------------------------------------------------------
@@ -203,7 +205,16 @@
     return project(value, new SetCtor(), 0);
   }
 
+  // The projection's JSON text ("null" for undefined). The Rust walker
+  // (`guest/src/project.rs`) writes it directly; values it hands back
+  // (functions, proxies, typed arrays) are projected here.
+  const projectJsonNative = native.projectJson;
+  native.projectionIntrinsics(dateProto, errorProto, Date.prototype.toISOString, UNAWAITED);
+
   function projectedJson(value) {
+    const text = projectJsonNative(value);
+    if (typeof text === "string") return text;
+    if (text === undefined) return "null";
     const p = projectValue(value);
     return p === undefined ? "null" : stringify(p);
   }
@@ -220,8 +231,7 @@
   }
 
   function json(value) {
-    const p = projectValue(value);
-    emit({ type: "json", value: p === undefined ? null : p });
+    emitNative('{"type":"json","value":' + projectedJson(value) + "}");
   }
 
   // ---------------------------------------------------------------------
@@ -468,13 +478,13 @@
     // A plain function returning the request's promise: an async wrapper
     // would add a second promise and two extra job-queue turns per call.
     const handle = function (input) {
-      let p;
+      let args;
       try {
-        p = input === undefined ? null : projectValue(input);
+        args = input === undefined ? "null" : projectedJson(input);
       } catch (e) {
         return new PromiseCtor((_, reject) => reject(e));
       }
-      return hostRequestRaw("callValue", prefix + (p === undefined ? "null" : stringify(p)) + "}");
+      return hostRequestRaw("callValue", prefix + args + "}");
     };
     setPrototypeOf(handle, HandleProto);
     defineProperty(handle, "name", { value: callable });
@@ -536,13 +546,13 @@
           reject(new TypeErrorCtor(callable + " takes one object argument")),
         );
       }
-      let p;
+      let text;
       try {
-        p = args === undefined ? {} : projectValue(args);
+        text = args === undefined ? "{}" : projectedJson(args);
       } catch (e) {
         return new PromiseCtor((_, reject) => reject(e));
       }
-      return hostRequestRaw("callValue", prefix + stringify(p) + "}");
+      return hostRequestRaw("callValue", prefix + text + "}");
     };
   }
 

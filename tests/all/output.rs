@@ -148,3 +148,70 @@ async fn values_serialize_exactly_as_json_stringify_would() {
         );
     }
 }
+
+/// The guest projects values in Rust and falls back to the JavaScript
+/// projection for functions, proxies and typed arrays. A value next to a
+/// function takes the JavaScript path, alone it takes the Rust path: both
+/// must agree on every edge of the projection.
+#[tokio::test]
+async fn the_rust_and_javascript_projections_agree() {
+    let r = crate::run(
+        r#"
+        const err = new TypeError("bad");
+        err.code = "E1"; err[3] = "three"; err.name = "Custom";
+        const cyclic = { a: 1 }; cyclic.self = cyclic;
+        let deep = {}; const root = deep;
+        for (let i = 0; i < 300; i++) { deep.next = {}; deep = deep.next; }
+        const withGetter = { plain: 1, get secret() { throw new Error("getter ran"); } };
+        Object.defineProperty(withGetter, "hidden", { value: 2, enumerable: false });
+        withGetter[Symbol("s")] = 3;
+        const sparse = [1, , 3]; sparse.extra = "ignored";
+        Object.defineProperty(sparse, 1, { get() { return "getter"; }, enumerable: true });
+        class Point { constructor() { this.x = 1; this.y = 2; } get len() { return 3; } }
+        const nullProto = Object.create(null); nullProto.k = "v";
+        const values = [
+          err, cyclic, root, withGetter, sparse, new Point(), nullProto,
+          new Date(0), new Date(NaN), Object.create(Date.prototype),
+          { b: 1, 2: "two", a: 3, 1: "one" }, new String("ab"), new Map([[1, 2]]),
+          12345678901234567890n, Promise.resolve(1), [undefined, Symbol("x"), null],
+          { u: undefined, n: NaN, i: -Infinity, z: -0 }, "lone \ud800 surrogate", [[[[]]]],
+          Object.assign(new Error("m"), { stack: "hidden?" }), new RangeError(),
+        ];
+        for (const v of values) { json([v, () => 0]); json([v]); }
+        return values.length;
+        "#,
+    )
+    .await;
+    let v = json(&r);
+    let n = v["value"].as_u64().unwrap() as usize;
+    let out = v["output"].as_array().unwrap();
+    assert_eq!(out.len(), 2 * n, "{v}");
+    for pair in out.chunks(2) {
+        let javascript = &pair[0]["value"];
+        let rust = &pair[1]["value"];
+        assert_eq!(javascript[1], Value::Null, "the function projects to null");
+        assert_eq!(
+            serde_json::to_string(&javascript[0]).unwrap(),
+            serde_json::to_string(&rust[0]).unwrap(),
+            "the two projections differ"
+        );
+    }
+    // Spot checks of what both produce.
+    assert_eq!(
+        out[1]["value"][0],
+        serde_json::json!({"3": "three", "name": "Custom", "message": "bad", "code": "E1"})
+    );
+    assert_eq!(
+        out[3]["value"][0],
+        serde_json::json!({"a": 1, "self": "[Circular]"})
+    );
+    // 300 levels stop at the depth limit (100 below the value itself).
+    let mut deep = &out[5]["value"][0];
+    let mut levels = 0;
+    while let Some(next) = deep.get("next") {
+        deep = next;
+        levels += 1;
+    }
+    assert_eq!(levels, 99);
+    assert_eq!(deep, &serde_json::json!("[Depth limit]"));
+}
