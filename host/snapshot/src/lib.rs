@@ -79,6 +79,11 @@ pub const WASM_PAGE_BYTES: usize = 65536;
 /// Largest host-state document a snapshot may carry, in bytes.
 pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
 
+/// Payloads from this size up are compressed by several zstd workers.
+const MULTITHREAD_PAYLOAD_BYTES: usize = 4 << 20;
+/// Most zstd worker threads one checkpoint uses.
+const MAX_COMPRESSION_WORKERS: usize = 4;
+
 /// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
 /// higher levels buy little.
 const ZSTD_LEVEL: i32 = 1;
@@ -242,6 +247,14 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     out.extend_from_slice(&[0; 4]); // the checksum, filled in below
     let compress = |out: Vec<u8>| -> std::io::Result<Vec<u8>> {
         let mut encoder = zstd::stream::Encoder::new(out, ZSTD_LEVEL)?;
+        if payload_len >= MULTITHREAD_PAYLOAD_BYTES {
+            // Large heaps: compress on the machine's cores (the frame stays
+            // an ordinary zstd frame; decoding is unchanged).
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+            if workers > 1 {
+                encoder.multithread(workers.min(MAX_COMPRESSION_WORKERS) as u32)?;
+            }
+        }
         encoder.set_pledged_src_size(Some(payload_len as u64))?;
         encoder.include_contentsize(true)?;
         encoder.write_all(&head)?;
