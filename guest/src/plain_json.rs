@@ -138,6 +138,8 @@ pub(crate) fn write_string(ctx: &Ctx<'_>, value: &Value<'_>, out: &mut String) -
     // is freed below and not used afterwards.
     let ptr = unsafe { qjs::JS_ToCStringLen(ctx.as_raw().as_ptr(), &mut len, value.as_raw()) };
     if ptr.is_null() {
+        // Out of memory: leave no exception pending; the caller falls back.
+        let _ = ctx.catch();
         return None;
     }
     let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) };

@@ -107,6 +107,11 @@ enum Step {
 /// A JavaScript exception was raised (and is pending on the context).
 struct Thrown;
 
+/// A proxy sits on a prototype chain the walker would have to read.
+enum ProxyOnChain {
+    Yes,
+}
+
 struct Projector<'a, 'js> {
     ctx: &'a Ctx<'js>,
     date_proto: qjs::JSValue,
@@ -215,25 +220,41 @@ impl<'a, 'js> Projector<'a, 'js> {
         crate::plain_json::escape_wtf8(text.as_bytes(), &mut self.out);
     }
 
-    fn has_proto(&self, v: &Value<'js>, proto: qjs::JSValue) -> bool {
+    /// Whether `proto` is on `v`'s prototype chain. `None` when the chain
+    /// holds a proxy (its traps are the prelude's to run, in its order) or
+    /// cannot be read.
+    fn has_proto(&self, v: &Value<'js>, proto: qjs::JSValue) -> Option<bool> {
         let target = ptr_of(proto);
-        let mut current = v.as_object().and_then(|o| o.get_prototype());
+        let mut current = v.clone();
         for _ in 0..MAX_PROTO_CHAIN {
-            match current {
-                None => return false,
-                Some(p) => {
-                    if ptr_of(p.as_raw()) == target {
-                        return true;
-                    }
-                    current = p.get_prototype();
-                }
+            // SAFETY: `current` is a live non-proxy object of this context;
+            // the result is a new reference, owned by the `Value` below.
+            let next = unsafe {
+                Value::from_raw(self.ctx.clone(), qjs::JS_GetPrototype(self.raw_ctx(), current.as_raw()))
+            };
+            if next.is_exception() {
+                let _ = self.ctx.catch();
+                return None;
             }
+            if next.is_null() || !next.is_object() {
+                return Some(false);
+            }
+            if ptr_of(next.as_raw()) == target {
+                return Some(true);
+            }
+            if next.is_proxy() {
+                return None;
+            }
+            current = next;
         }
-        false
+        Some(false)
     }
 
     fn object_body(&mut self, v: &Value<'js>, depth: usize) -> Result<Step, Thrown> {
-        if self.has_proto(v, self.date_proto) {
+        let Some(is_date) = self.has_proto(v, self.date_proto) else {
+            return Ok(Step::Fallback);
+        };
+        if is_date {
             match self
                 .to_iso
                 .call::<_, Value>((javy::quickjs::function::This(v.clone()),))
@@ -253,12 +274,18 @@ impl<'a, 'js> Projector<'a, 'js> {
         if unsafe { qjs::JS_IsArray(v.as_raw()) } {
             return self.array(v, depth);
         }
-        let is_error = self.has_proto(v, self.error_proto);
+        let Some(is_error) = self.has_proto(v, self.error_proto) else {
+            return Ok(Step::Fallback);
+        };
         // (key JSON, value JSON); an Error's name and message come first.
         let mut entries: Vec<(String, String, bool)> = Vec::new();
         if is_error {
-            let name = self.data_prop_string(v, "name")?;
-            let message = self.data_prop_string(v, "message")?;
+            let (Ok(name), Ok(message)) = (
+                self.data_prop_string(v, "name")?,
+                self.data_prop_string(v, "message")?,
+            ) else {
+                return Ok(Step::Fallback);
+            };
             let mut n = String::new();
             match name {
                 Some(s) => {
@@ -315,7 +342,14 @@ impl<'a, 'js> Projector<'a, 'js> {
                     Step::Omitted => {}
                     Step::Wrote => {
                         let index = is_array_index(&key_json);
-                        match entries.iter_mut().find(|e| e.0 == key_json) {
+                        // Only an Error's leading name and message can be
+                        // met again; other keys are unique.
+                        let existing = if is_error && (key_json == "\"name\"" || key_json == "\"message\"") {
+                            entries.iter_mut().find(|e| e.0 == key_json)
+                        } else {
+                            None
+                        };
+                        match existing {
                             Some(e) => e.1 = value_json,
                             None => entries.push((key_json, value_json, index)),
                         }
@@ -417,14 +451,22 @@ impl<'a, 'js> Projector<'a, 'js> {
     /// The prelude's `dataProp` for an Error's `name` / `message`: the first
     /// own property along the prototype chain, if it is a data property
     /// holding a string.
-    fn data_prop_string(&self, v: &Value<'js>, key: &str) -> Result<Option<Value<'js>>, Thrown> {
+    fn data_prop_string(
+        &self,
+        v: &Value<'js>,
+        key: &str,
+    ) -> Result<Result<Option<Value<'js>>, ProxyOnChain>, Thrown> {
         let ctx = self.raw_ctx();
         let c_key = if key == "name" { c"name" } else { c"message" };
         let atom = unsafe { qjs::JS_NewAtom(ctx, c_key.as_ptr()) };
-        let result = (|| {
+        let result = (|| -> Result<Result<Option<Value<'js>>, Thrown>, ProxyOnChain> {
             let mut current = Some(v.clone());
             for _ in 0..MAX_PROTO_CHAIN {
-                let Some(o) = current else { return Ok(None) };
+                let Some(o) = current else { return Ok(Ok(None)) };
+                if o.is_proxy() {
+                    // Its trap is the prelude's to run.
+                    return Err(ProxyOnChain::Yes);
+                }
                 let mut desc = qjs::JSPropertyDescriptor {
                     flags: 0,
                     value: qjs::JS_MKVAL(qjs::JS_TAG_UNDEFINED, 0),
@@ -433,24 +475,31 @@ impl<'a, 'js> Projector<'a, 'js> {
                 };
                 let found = unsafe { qjs::JS_GetOwnProperty(ctx, &mut desc, o.as_raw(), atom) };
                 if found < 0 {
-                    return Err(Thrown);
+                    return Ok(Err(Thrown));
                 }
                 if found > 0 {
                     let value = unsafe { Value::from_raw(self.ctx.clone(), desc.value) };
                     drop(unsafe { Value::from_raw(self.ctx.clone(), desc.getter) });
                     drop(unsafe { Value::from_raw(self.ctx.clone(), desc.setter) });
                     let is_data = desc.flags as u32 & qjs::JS_PROP_GETSET == 0;
-                    return Ok((is_data && value.is_string()).then_some(value));
+                    return Ok(Ok((is_data && value.is_string()).then_some(value)));
                 }
-                current = o
-                    .as_object()
-                    .and_then(|o| o.get_prototype())
-                    .map(|p| p.into_value());
+                let next = unsafe {
+                    Value::from_raw(self.ctx.clone(), qjs::JS_GetPrototype(ctx, o.as_raw()))
+                };
+                if next.is_exception() {
+                    return Ok(Err(Thrown));
+                }
+                current = next.is_object().then_some(next);
             }
-            Ok(None)
+            Ok(Ok(None))
         })();
         unsafe { qjs::JS_FreeAtom(ctx, atom) };
-        result
+        match result {
+            Err(ProxyOnChain::Yes) => Ok(Err(ProxyOnChain::Yes)),
+            Ok(Err(Thrown)) => Err(Thrown),
+            Ok(Ok(v)) => Ok(Ok(v)),
+        }
     }
 }
 

@@ -215,3 +215,30 @@ async fn the_rust_and_javascript_projections_agree() {
     assert_eq!(levels, 99);
     assert_eq!(deep, &serde_json::json!("[Depth limit]"));
 }
+
+/// A proxy on a prototype chain is left to the JavaScript projection: its
+/// traps run as often as that projection runs them, and a throwing trap
+/// makes the object `[Unserializable]` on both paths.
+#[tokio::test]
+async fn proxies_on_prototype_chains_run_their_traps_once_per_projection() {
+    let r = crate::run(
+        r#"
+        let runs = 0;
+        const counting = Object.create(new Proxy({}, { getPrototypeOf() { runs++; return null; } }));
+        counting.v = 1;
+        const throwing = Object.create(new Proxy({}, { getPrototypeOf() { throw new Error("trap"); } }));
+        throwing.v = 2;
+        json([counting, () => 0]);
+        const javascript = runs;
+        json([counting]);
+        return { javascript, rust: runs - javascript, throwing: [throwing] };
+        "#,
+    )
+    .await;
+    let v = value(&r);
+    assert!(v["javascript"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["rust"], v["javascript"], "{v}");
+    assert_eq!(v["throwing"], serde_json::json!(["[Unserializable]"]));
+    let out = json(&r)["output"].clone();
+    assert_eq!(out[0]["value"][0], out[1]["value"][0]);
+}
