@@ -108,6 +108,19 @@ impl CellTools {
     }
 }
 
+/// The untrusted source any cell of this catalog may see: `"mcp"` when it
+/// has MCP tools, else `"client"` when it has client tools.
+fn untrusted_in_catalog(catalog: &Catalog) -> Option<&'static str> {
+    let kinds = || catalog.entries().iter().map(|e| e.kind());
+    if kinds().any(|k| k == SourceKind::Mcp) {
+        Some("mcp")
+    } else if kinds().any(|k| k == SourceKind::Client) {
+        Some("client")
+    } else {
+        None
+    }
+}
+
 /// Largest session-store value, in bytes of compact JSON (contract §8.8).
 pub(crate) const MAX_STORE_VALUE_BYTES: usize = 262_144;
 /// Largest sum of a session's stored values, in bytes (contract §8.8).
@@ -161,10 +174,6 @@ pub(crate) struct BridgeState {
     /// cell completes.
     #[serde(default)]
     pub store_writes: BTreeMap<String, Option<String>>,
-    /// `"mcp"` or `"client"` once the cell may have seen content from such
-    /// a provider.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub untrusted_source: Option<String>,
 }
 
 /// The session and agent run a cell's `store` / `load` / `results` reach.
@@ -189,8 +198,8 @@ pub(crate) struct Bridge {
     reply_inbox_bytes: usize,
     session: Option<SessionAccess>,
     store_writes: BTreeMap<String, Option<String>>,
-    /// The untrusted provider whose content the cell may have seen:
-    /// `"mcp"` wins over `"client"`.
+    /// The untrusted provider whose content the cell may see (see
+    /// [`untrusted_in_catalog`]).
     untrusted_source: Option<&'static str>,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
@@ -251,13 +260,11 @@ impl Bridge {
             reply_inbox_bytes: usize::MAX,
             session: None,
             store_writes: BTreeMap::new(),
-            // Client tools' metadata reaches every cell through `catalog.all()`.
-            untrusted_source: tools
-                .catalog
-                .entries()
-                .iter()
-                .any(|e| e.kind() == SourceKind::Client)
-                .then_some("client"),
+            // MCP tool identifiers (derived from untrusted names) reach every
+            // cell through the `MCP` namespace, client tools' metadata through
+            // `catalog.all()`; and a cell of such a runtime may load stored
+            // values that came from them.
+            untrusted_source: untrusted_in_catalog(&tools.catalog),
             tools,
             dispatch_started: false,
         }
@@ -266,18 +273,6 @@ impl Bridge {
     /// The untrusted provider whose content the cell may have seen.
     pub(crate) fn untrusted_source(&self) -> Option<&'static str> {
         self.untrusted_source
-    }
-
-    /// Records that the cell may have seen content of `source` (a catalog
-    /// source kind); trusted host content is ignored.
-    fn note_source(&mut self, source: SourceKind) {
-        match source {
-            SourceKind::Mcp => self.untrusted_source = Some("mcp"),
-            SourceKind::Client if self.untrusted_source.is_none() => {
-                self.untrusted_source = Some("client")
-            }
-            _ => {}
-        }
     }
 
     /// Gives the cell its session store and saved results.
@@ -340,11 +335,6 @@ impl Bridge {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
         bridge.store_writes = state.store_writes;
-        match state.untrusted_source.as_deref() {
-            Some("mcp") => bridge.note_source(SourceKind::Mcp),
-            Some(_) => bridge.note_source(SourceKind::Client),
-            None => {}
-        }
         bridge.ready = state.ready;
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
@@ -390,7 +380,6 @@ impl Bridge {
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
             store_writes: self.store_writes.clone(),
-            untrusted_source: self.untrusted_source.map(str::to_owned),
         }
     }
 
@@ -553,18 +542,14 @@ impl Bridge {
                 return true;
             }
         };
-        let tools = self.tools.clone();
+        let tools = &self.tools;
         match request.method.as_str() {
             "search" => {
                 let query = args["query"].as_str().unwrap_or("");
                 let limit = args.get("limit").filter(|v| !v.is_null());
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
-                let sources: Vec<SourceKind> = metas.iter().map(|m| m.source).collect();
                 let settlement = ok(id, serde_json::to_value(metas).unwrap_or(Value::Null));
                 let settlement = self.fit_inbox(settlement, "search");
-                for source in sources {
-                    self.note_source(source);
-                }
                 self.ready.push(settlement);
                 true
             }
@@ -581,9 +566,6 @@ impl Bridge {
             }
             "apiRead" => {
                 let path = args["path"].as_str().unwrap_or("");
-                if path.starts_with("mcp/") {
-                    self.note_source(SourceKind::Mcp);
-                }
                 let settlement = match tools.catalog.api_read(&tools.projection, path) {
                     Ok(text) => ok(id, Value::String(text)),
                     Err(e) => catalog_err(id, e),
@@ -593,7 +575,6 @@ impl Bridge {
                 true
             }
             "mcpApi" => {
-                self.note_source(SourceKind::Mcp);
                 let server = args["server"].as_str().unwrap_or("");
                 let method = args["method"].as_str();
                 let schema = args["schema"].as_bool().unwrap_or(false);
@@ -608,14 +589,7 @@ impl Bridge {
             "describe" => {
                 let callable = args["callable"].as_str().unwrap_or("");
                 let settlement = match tools.catalog.guest_describe(&tools.projection, callable) {
-                    Ok(v) => {
-                        if v["kind"] == "mcp_api" {
-                            self.note_source(SourceKind::Mcp);
-                        } else if v["source"] == "client" {
-                            self.note_source(SourceKind::Client);
-                        }
-                        ok(id, v)
-                    }
+                    Ok(v) => ok(id, v),
                     Err(e) => catalog_err(id, e),
                 };
                 self.ready.push(settlement);
@@ -679,7 +653,6 @@ impl Bridge {
                     ));
                     return true;
                 };
-                self.note_source(prepared.source);
                 // The catalog's mark: only trusted host tools carry it.
                 let replay_safe = prepared.replay_safe;
                 if self.restart_safe && !replay_safe {

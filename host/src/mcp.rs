@@ -235,7 +235,14 @@ pub(crate) struct McpConnection {
     stderr_tail: Arc<StdMutex<Vec<u8>>>,
     /// The task copying a stdio server's stderr into `stderr_tail`.
     stderr_reader: StdMutex<Option<tokio::task::JoinHandle<()>>>,
+    /// When the last reconnect failed: calls within
+    /// [`RECONNECT_BACKOFF`] of it fail at once instead of queueing up
+    /// behind another attempt.
+    last_failed_reconnect: StdMutex<Option<std::time::Instant>>,
 }
+
+/// After a failed reconnect, calls fail at once for this long.
+const RECONNECT_BACKOFF: Duration = Duration::from_secs(2);
 
 impl McpConnection {
     fn new(config: McpServerConfig) -> Self {
@@ -245,6 +252,7 @@ impl McpConnection {
             down: StdMutex::new(None),
             stderr_tail: Arc::new(StdMutex::new(Vec::new())),
             stderr_reader: StdMutex::new(None),
+            last_failed_reconnect: StdMutex::new(None),
         }
     }
 
@@ -291,7 +299,9 @@ impl McpConnection {
         match &self.config.transport {
             McpTransport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).env_clear();
+                // Killed when the transport is dropped, even while the Tokio
+                // runtime shuts down (rmcp's own cleanup needs a live one).
+                cmd.args(args).env_clear().kill_on_drop(true);
                 for key in ["PATH", "HOME"] {
                     if let Some(v) = std::env::var_os(key) {
                         cmd.env(key, v);
@@ -373,19 +383,36 @@ impl McpConnection {
             }
         }
         *slot = None;
+        let recent_failure = *self
+            .last_failed_reconnect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if recent_failure.is_some_and(|t| t.elapsed() < RECONNECT_BACKOFF) {
+            return Err(self
+                .down_reason()
+                .unwrap_or_else(|| "reconnecting failed moments ago".to_string()));
+        }
         let timeout = Duration::from_millis(MCP_CONNECT_TIMEOUT_MS);
+        let failed = || {
+            *self
+                .last_failed_reconnect
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        };
         let client = match tokio::time::timeout(timeout, self.connect()).await {
             Ok(Ok(client)) => Arc::new(client),
             Ok(Err(e)) => {
                 self.settle_stderr().await;
                 let reason = format!("reconnecting failed: {e:#}{}", self.stderr_suffix());
                 self.set_down(Some(reason.clone()));
+                failed();
                 return Err(reason);
             }
             Err(_) => {
                 let reason =
                     format!("reconnecting got no answer within {MCP_CONNECT_TIMEOUT_MS} ms");
                 self.set_down(Some(reason.clone()));
+                failed();
                 return Err(reason);
             }
         };
@@ -408,7 +435,12 @@ impl McpConnection {
                 format!("MCP server `{server}` is unavailable: {reason}"),
             )
         };
-        let client = self.client().await.map_err(unavailable)?;
+        let client = tokio::select! {
+            c = self.client() => c.map_err(unavailable)?,
+            _ = cancel.cancelled() => {
+                return Err(ToolError::new(ToolErrorCode::ToolError, "the MCP call was cancelled"));
+            }
+        };
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = Some(arguments);
         let timeout = Duration::from_millis(self.config.timeout_ms);

@@ -183,6 +183,8 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
                 unavailable_mcp_servers: servers,
                 note: Some(note),
             });
+            // The note quotes server errors and stderr.
+            result.set_untrusted_source(Some("mcp"));
         }
         result
     }
@@ -294,10 +296,11 @@ impl Runtime {
                     .into_iter()
                     .flatten()
                     .flat_map(|g| g["hits"].as_array().into_iter().flatten())
-                    .find_map(|h| match h["source"].as_str() {
+                    .filter_map(|h| match h["source"].as_str() {
                         Some("host") | None => None,
                         Some(other) => Some(other.to_owned()),
-                    });
+                    })
+                    .max_by_key(|source| source == "mcp");
                 CatalogReply::ok(hits, untrusted.as_deref())
             }
             Err(e) => CatalogReply::error(e.to_string()),

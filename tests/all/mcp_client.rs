@@ -118,16 +118,13 @@ async fn downstream_tools_are_listed_searched_described_and_called() {
         Some("mcp"),
         "model-facing text gets wrapped"
     );
-    // A cell that touches no MCP content is not marked, servers or not.
-    let plain = exec(&rt, "return 1 + 1").await;
-    assert_eq!(plain.untrusted_source(), None);
-    // Discovery metadata alone marks it.
-    let found = exec(
-        &rt,
-        r#"return (await catalog.search("echo a message")).length"#,
-    )
-    .await;
-    assert_eq!(found.untrusted_source(), Some("mcp"));
+    // Every cell of a runtime with MCP tools is marked: the `MCP` namespace
+    // (identifiers derived from untrusted tool names) reaches each of them.
+    let plain = exec(&rt, "return Object.keys(MCP.accounting)").await;
+    assert_eq!(plain.untrusted_source(), Some("mcp"));
+    // Without untrusted providers nothing is marked.
+    let trusted = crate::run("return 1 + 1").await;
+    assert_eq!(trusted.untrusted_source(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,6 +163,11 @@ async fn a_server_that_is_down_at_start_is_reported_on_every_result() {
     assert_eq!(value(&r), json!(["up", "undefined"]));
     let j = json(&r);
     assert_eq!(j["unavailableMcpServers"], json!(["ghost", "quitter"]));
+    assert_eq!(
+        r.untrusted_source(),
+        Some("mcp"),
+        "the note quotes server output"
+    );
     let note = j["note"].as_str().unwrap();
     assert!(
         note.contains("`ghost`") && note.contains("cannot start"),
