@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn python() -> String {
+pub(crate) fn python() -> String {
     std::env::var("QUICKCELL_MCP_PYTHON").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python").to_string()
     })
@@ -162,36 +162,32 @@ fn a_parked_run_is_resumed_in_the_same_session_only() {
     );
 }
 
-struct HttpServer {
+/// A process serving MCP over streamable HTTP on a free local port; killed
+/// on drop.
+pub(crate) struct HttpServer {
     child: Child,
-    url: String,
+    pub url: String,
 }
 
 impl HttpServer {
-    fn start() -> Self {
+    /// Starts the command `with_port` builds for a free port and waits until
+    /// the port accepts connections.
+    pub(crate) fn spawn(with_port: impl FnOnce(u16) -> Command) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let state = scratch_state();
-        let child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
-            .args([
-                "serve",
-                "--http",
-                &format!("127.0.0.1:{port}"),
-                "--state-dir",
-                &state,
-            ])
+        let child = with_port(port)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
+            .expect("start the HTTP MCP server");
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "quickcell serve --http did not listen"
+                "the HTTP MCP server did not listen"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -199,6 +195,22 @@ impl HttpServer {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         }
+    }
+
+    /// `quickcell serve --http` with a scratch state directory.
+    fn start() -> Self {
+        let state = scratch_state();
+        Self::spawn(|port| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+            command.args([
+                "serve",
+                "--http",
+                &format!("127.0.0.1:{port}"),
+                "--state-dir",
+                &state,
+            ]);
+            command
+        })
     }
 }
 

@@ -2,20 +2,13 @@
 //! `mcp` SDK (`fixtures/mcp/server.py`, installed into `.venv-mcp` by
 //! `scripts/setup`), reached over stdio and streamable HTTP.
 
+use crate::mcp::{python, HttpServer};
 use crate::{json, value};
 use quickcell::{CellResult, ExecInput, Limits, McpServerConfig, Runtime, WaitInput};
 use serde_json::json;
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/mcp/server.py");
-
-pub(crate) fn python() -> String {
-    std::env::var("QUICKCELL_MCP_PYTHON").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python").to_string()
-    })
-}
 
 /// The fixture server over stdio, as `[mcp.servers.<name>]`.
 fn accounting(name: &str) -> McpServerConfig {
@@ -280,50 +273,18 @@ async fn a_call_over_its_timeout_is_a_tool_error() {
     );
 }
 
-/// The fixture server over streamable HTTP on a free port; killed on drop.
-struct HttpServer {
-    child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start() -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(python())
-            .args([SERVER, "--http", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the fixture server");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the HTTP fixture server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The fixture server over streamable HTTP on a free port.
+fn http_fixture_server() -> HttpServer {
+    HttpServer::spawn(|port| {
+        let mut command = Command::new(python());
+        command.args([SERVER, "--http", &port.to_string()]);
+        command
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamable_http_server_is_called_like_a_stdio_one() {
-    let server = HttpServer::start();
+    let server = http_fixture_server();
     let rt = runtime_with(
         vec![
             McpServerConfig::http("books", &server.url),
