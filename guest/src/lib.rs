@@ -292,8 +292,8 @@ struct StartOptions {
     /// prelude (only when a cell looks at metadata).
     #[serde(default)]
     tool_metas: String,
-    /// The `MCP` namespace: per server, its identifier followed by its
-    /// tools' identifiers.
+    /// The `MCP` namespace: per server, its identifier and its tools'
+    /// identifiers joined by newlines.
     #[serde(default)]
     mcp_layout: Vec<Vec<String>>,
     /// Seed for `Math.random` as 16 hex digits; the host sends a fresh one

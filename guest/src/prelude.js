@@ -558,24 +558,39 @@
 
   // Without MCP servers the empty namespace installed at initialization
   // (part of the pre-initialized image, so free for every cell) stays.
+  function mcpNamespace(server, toolsText) {
+    const ns = {};
+    const tools = toolsText === "" ? [] : stringSplit(toolsText, "\n");
+    for (let j = 0; j < tools.length; j++) {
+      defineData(ns, tools[j], mcpMethod(server, tools[j]));
+    }
+    defineData(ns, "$api", function (method, options) {
+      const schema = options !== null && typeof options === "object" && options.schema === true;
+      return hostRequest("mcpApi", {
+        server,
+        method: method === undefined || method === null ? null : StringCtor(method),
+        schema,
+      });
+    });
+    return freeze(ns);
+  }
+
+  // Each server's namespace is built on first access, so a cell pays for
+  // the servers it uses, not for every tool of every server.
   function installMcp(layout) {
     if (layout.length === 0) return;
     const mcp = {};
     for (let i = 0; i < layout.length; i++) {
       const server = layout[i][0];
-      const ns = {};
-      for (let j = 1; j < layout[i].length; j++) {
-        defineData(ns, layout[i][j], mcpMethod(server, layout[i][j]));
-      }
-      defineData(ns, "$api", function (method, options) {
-        const schema = options !== null && typeof options === "object" && options.schema === true;
-        return hostRequest("mcpApi", {
-          server,
-          method: method === undefined || method === null ? null : StringCtor(method),
-          schema,
-        });
+      const toolsText = layout[i][1];
+      let ns = null;
+      defineProperty(mcp, server, {
+        enumerable: true,
+        get() {
+          if (ns === null) ns = mcpNamespace(server, toolsText);
+          return ns;
+        },
       });
-      defineData(mcp, server, freeze(ns));
     }
     freeze(mcp);
     installGlobal("MCP", mcp);

@@ -68,9 +68,13 @@ pub(crate) struct CellTools {
     pub tools: ToolSet,
     /// MCP tools by catalog id.
     pub mcp_tools: HashMap<String, Arc<dyn Tool>>,
-    /// The `MCP` namespace for the guest: per server, its identifier
-    /// followed by its tools' identifiers, in catalog order.
+    /// The `MCP` namespace for the guest: per server, its identifier and
+    /// its tools' identifiers joined by newlines (identifiers are
+    /// alphanumeric), in catalog order. One string per server keeps the
+    /// per-cell cost independent of the number of tools.
     pub mcp_layout: Vec<Vec<String>>,
+    /// The untrusted source every cell may see (see [`untrusted_in_catalog`]).
+    pub untrusted_source: Option<&'static str>,
     /// Callable names of the tool globals, sorted (`catalog.all()` order).
     pub callable_names: Vec<String>,
     /// JSON array of the handles' metadata, in the same order.
@@ -84,24 +88,24 @@ impl CellTools {
             .mcp_servers()
             .iter()
             .map(|server| {
-                std::iter::once(server.identifier.clone())
-                    .chain(
-                        catalog
-                            .mcp_server_entries(server)
-                            .filter_map(|e| e.mcp_identifiers().map(|(_, t)| t.to_owned())),
-                    )
-                    .collect()
+                let tools: Vec<&str> = catalog
+                    .mcp_server_entries(server)
+                    .filter_map(|e| e.mcp_identifiers().map(|(_, t)| t))
+                    .collect();
+                vec![server.identifier.clone(), tools.join("\n")]
             })
             .collect();
         let metas = catalog.guest_all(&projection);
         let callable_names = metas.iter().map(|m| m.callable_name.clone()).collect();
         let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
+        let untrusted_source = untrusted_in_catalog(&catalog);
         Self {
             catalog: Arc::new(catalog),
             projection: Arc::new(projection),
             tools: registry.tools().clone(),
             mcp_tools: registry.mcp_tools(),
             mcp_layout,
+            untrusted_source,
             callable_names,
             metas_json,
         }
@@ -264,7 +268,7 @@ impl Bridge {
             // cell through the `MCP` namespace, client tools' metadata through
             // `catalog.all()`; and a cell of such a runtime may load stored
             // values that came from them.
-            untrusted_source: untrusted_in_catalog(&tools.catalog),
+            untrusted_source: tools.untrusted_source,
             tools,
             dispatch_started: false,
         }

@@ -447,3 +447,46 @@ fn serve_mode_tools_offers_search_describe_and_call_over_the_same_catalog() {
     );
     let _ = std::fs::remove_dir_all(config.parent().unwrap());
 }
+
+/// The per-server tool cap and the startup deadline, each obeyed and
+/// violated: a server at the cap serves all its tools, one over it and one
+/// that never answers the handshake are unavailable with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_cap_and_the_connect_deadline_are_enforced() {
+    use quickcell::mcp::{McpTransport, MAX_MCP_TOOLS_PER_SERVER, MCP_CONNECT_TIMEOUT_MS};
+    let with_extra = |name: &str, extra: usize| {
+        let mut server = accounting(name);
+        if let McpTransport::Stdio { env, .. } = &mut server.transport {
+            env.insert("EXTRA_TOOLS".into(), extra.to_string());
+        }
+        server
+    };
+    // The fixture has 6 tools of its own.
+    let at_cap = with_extra("atCap", MAX_MCP_TOOLS_PER_SERVER - 6);
+    let over_cap = with_extra("overCap", MAX_MCP_TOOLS_PER_SERVER - 5);
+    let silent = McpServerConfig::stdio("silent", "/bin/sleep", &["60"]);
+    let rt = runtime_with(vec![at_cap, over_cap, silent], Limits::default()).await;
+    let r = exec(&rt, "return (await MCP.atcap.extra993({})).content[0].text").await;
+    assert_eq!(value(&r), json!("extra"));
+    let j = json(&r);
+    assert_eq!(j["telemetry"]["sources"]["mcp"], MAX_MCP_TOOLS_PER_SERVER);
+    assert_eq!(j["unavailableMcpServers"], json!(["overCap", "silent"]));
+    let note = j["note"].as_str().unwrap();
+    assert!(
+        note.contains(&format!(
+            "it lists {} tools; at most {MAX_MCP_TOOLS_PER_SERVER}",
+            MAX_MCP_TOOLS_PER_SERVER + 1
+        )),
+        "{note}"
+    );
+    assert!(
+        note.contains(&format!("no answer within {MCP_CONNECT_TIMEOUT_MS} ms")),
+        "{note}"
+    );
+    // A cell that does not touch the namespace does not pay for its 1,000
+    // tools (the namespace is built on first access): a trivial cell stays
+    // near its usual ~100k fuel (building all of it costs ~25M).
+    let trivial = exec(&rt, "return 1").await;
+    let fuel = trivial.telemetry().fuel_used;
+    assert!(fuel < 500_000, "fuel {fuel}");
+}
