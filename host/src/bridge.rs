@@ -82,6 +82,19 @@ pub(crate) struct CellTools {
 }
 
 impl CellTools {
+    /// The implementation a prepared call reaches: MCP tools by catalog id
+    /// (their names may repeat across servers and with host tools), the
+    /// others by name.
+    pub(crate) fn implementation(
+        &self,
+        prepared: &quickcell_catalog::PreparedCall,
+    ) -> Option<Arc<dyn Tool>> {
+        match prepared.source {
+            SourceKind::Mcp => self.mcp_tools.get(&prepared.id).cloned(),
+            _ => self.tools.get(&prepared.tool_name).cloned(),
+        }
+    }
+
     pub(crate) fn new(catalog: Catalog, registry: &crate::registry::ToolRegistry) -> Self {
         let projection = catalog.callable_projection();
         let mcp_layout = catalog
@@ -639,16 +652,12 @@ impl Bridge {
                             return true;
                         }
                     };
-                let tool = if prepared.source == SourceKind::Mcp {
-                    if self.restart_safe {
-                        self.ready
-                            .push(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
-                        return true;
-                    }
-                    tools.mcp_tools.get(&prepared.id).cloned()
-                } else {
-                    tools.tools.get(&prepared.tool_name).cloned()
-                };
+                if prepared.source == SourceKind::Mcp && self.restart_safe {
+                    self.ready
+                        .push(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
+                    return true;
+                }
+                let tool = tools.implementation(&prepared);
                 let Some(tool) = tool else {
                     self.ready.push(err(
                         id,

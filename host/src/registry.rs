@@ -179,11 +179,7 @@ impl ToolRegistry {
     pub fn catalog(&self) -> Catalog {
         let mut builder = Catalog::builder();
         for (tool, origin) in self.host.iter().zip(&self.origins) {
-            let mut spec = ToolSpec::new(tool.name(), tool.description())
-                .with_input_schema(tool.input_schema());
-            if let Some(output) = tool.output_schema() {
-                spec = spec.with_output_schema(output);
-            }
+            let mut spec = spec_of(tool.as_ref());
             if tool.replay_safe() {
                 spec = spec.replay_safe();
             }
@@ -193,21 +189,22 @@ impl ToolRegistry {
             };
         }
         for (server, tool) in &self.mcp {
-            let mut spec = ToolSpec::new(tool.name(), tool.description())
-                .with_input_schema(tool.input_schema());
-            if let Some(output) = tool.output_schema() {
-                spec = spec.with_output_schema(output);
-            }
-            builder = builder.mcp(server, spec);
+            builder = builder.mcp(server, spec_of(tool.as_ref()));
         }
         for tool in self.client_winners() {
-            let mut spec = ToolSpec::new(tool.name(), tool.description())
-                .with_input_schema(tool.input_schema());
-            if let Some(output) = tool.output_schema() {
-                spec = spec.with_output_schema(output);
-            }
-            builder = builder.client(spec);
+            builder = builder.client(spec_of(tool.as_ref()));
         }
         builder.build()
+    }
+}
+
+/// A tool's catalog entry: name, description and schemas. Only host tools
+/// may add the replay-safe mark (the caller does).
+fn spec_of(tool: &dyn Tool) -> ToolSpec {
+    let spec =
+        ToolSpec::new(tool.name(), tool.description()).with_input_schema(tool.input_schema());
+    match tool.output_schema() {
+        Some(output) => spec.with_output_schema(output),
+        None => spec,
     }
 }

@@ -333,11 +333,7 @@ impl Runtime {
             Ok(p) => p,
             Err(e) => return CatalogReply::error(e.to_string()),
         };
-        let tool = match prepared.source {
-            quickcell_catalog::SourceKind::Mcp => tools.mcp_tools.get(&prepared.id),
-            _ => tools.tools.get(&prepared.tool_name),
-        };
-        let Some(tool) = tool.cloned() else {
+        let Some(tool) = tools.implementation(&prepared) else {
             return CatalogReply::error(format!(
                 "Unknown tool: {}. Use tool_search to find tools.",
                 prepared.tool_name
