@@ -376,7 +376,8 @@ async fn restore(
         }));
     }
     let stack_pointer = snapshot.stack_pointer;
-    if let Err(e) = snapshot.apply(memory.data_mut(&mut store)) {
+    let image_bytes = env.shared.memory_image.len();
+    if let Err(e) = snapshot.apply(memory.data_mut(&mut store), image_bytes) {
         return Err(unusable(e.to_string()));
     }
     let sp = Val::I32(stack_pointer as i32);

@@ -21,7 +21,7 @@
 //! .unwrap();
 //! let snapshot = decode(&encoded.bytes, guest, 1 << 30).unwrap();
 //! let mut restored = image.clone(); // a fresh instance starts from the image
-//! snapshot.apply(&mut restored).unwrap();
+//! snapshot.apply(&mut restored, image.len()).unwrap();
 //! assert_eq!(restored, memory);
 //! ```
 //!
@@ -46,29 +46,39 @@
 //! | 8 | magic `QCELLSNP` |
 //! | 4 | format version, little endian ([`FORMAT_VERSION`]) |
 //! | 32 | SHA-256 of the guest module the memory belongs to |
-//! | 4 | CRC-32 of the compressed payload |
-//! | rest | one zstd frame (with its content size) of the payload |
+//! | 4 | CRC-32 of the rest |
+//! | rest | zstd frames: the head, then the page deltas |
 //!
-//! Payload (little endian): memory size in bytes (u64), stack pointer
-//! (u32), host-state length (u32) and bytes, page count (u32), the page
-//! indexes (u32 each, strictly increasing), then the page deltas.
+//! The first frame is the head (little endian): memory size in bytes
+//! (u64), stack pointer (u32), host-state length (u32) and bytes, page
+//! count (u32), then the page indexes (u32 each, strictly increasing). The
+//! page deltas follow in order, split into independent frames of at most
+//! [`PAGES_PER_FRAME`] pages, so that large snapshots are compressed and
+//! restored on several cores at once (at most [`MAX_CODEC_THREADS`]). Every
+//! frame states its decompressed size.
 //!
 //! The size bounded by `max_payload_bytes` (quickcell's `maxSnapshotBytes`)
-//! is the uncompressed payload — changed pages plus host state — so the
-//! limit does not depend on how well the data compresses, and untouched
-//! pages (including untouched trailing pages of a grown memory) do not
-//! count.
+//! is the uncompressed payload — head plus changed pages — so the limit
+//! does not depend on how well the data compresses, and untouched pages
+//! (including untouched trailing pages of a grown memory) do not count.
 //!
 //! Reading checks, in order: length, magic, version, guest hash, checksum,
 //! the frame's stated size against the largest payload the caller's
-//! memory ceiling allows, and the payload's internal consistency. Each
-//! failure is a distinct [`SnapshotError`].
+//! memory ceiling allows, and the payload's internal consistency (frame
+//! sizes against the page count). Each failure is a distinct
+//! [`SnapshotError`].
+//!
+//! Restoring decompresses each delta frame straight into the target
+//! memory: pages beyond the image are written once, pages inside it are
+//! XORed with their image bytes. Nothing of the size of the memory is
+//! allocated on the way.
 
 use std::io::Write;
 use std::ops::Range;
 
-/// Version of the format written by [`encode`].
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the format written by [`encode`] (2: page deltas in
+/// independent frames).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Granularity of the memory diff, in bytes.
 pub const PAGE_BYTES: usize = 4096;
@@ -79,10 +89,18 @@ pub const WASM_PAGE_BYTES: usize = 65536;
 /// Largest host-state document a snapshot may carry, in bytes.
 pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
 
-/// Payloads from this size up are compressed by several zstd workers.
-const MULTITHREAD_PAYLOAD_BYTES: usize = 4 << 20;
-/// Most zstd worker threads one checkpoint uses.
-const MAX_COMPRESSION_WORKERS: usize = 4;
+/// Most pages one delta frame holds (2 MiB of memory): the unit of
+/// parallel compression and decompression.
+pub const PAGES_PER_FRAME: usize = 512;
+
+/// Most threads one encode or restore uses (fewer on machines with fewer
+/// cores). Snapshots with fewer than [`PARALLEL_PAYLOAD_BYTES`] of pages
+/// are handled on the calling thread.
+pub const MAX_CODEC_THREADS: usize = 4;
+
+/// Page payloads from this size up are compressed and decompressed on
+/// several threads.
+pub const PARALLEL_PAYLOAD_BYTES: usize = 4 << 20;
 
 /// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
 /// higher levels buy little.
@@ -160,7 +178,7 @@ pub struct Checkpoint<'a> {
 
 /// A decoded, verified snapshot.
 #[derive(Debug)]
-pub struct Snapshot {
+pub struct Snapshot<'a> {
     /// Linear-memory size at the checkpoint, in bytes.
     pub memory_bytes: usize,
     /// Value of `__stack_pointer`.
@@ -169,9 +187,9 @@ pub struct Snapshot {
     pub host_state: Vec<u8>,
     /// Indexes of the stored pages, strictly increasing.
     page_indexes: Vec<u32>,
-    /// The decompressed payload; the deltas are its last
-    /// `page_indexes.len() * PAGE_BYTES` bytes.
-    payload: Vec<u8>,
+    /// The compressed delta frames, each with its page count, in page
+    /// order.
+    frames: Vec<(&'a [u8], usize)>,
 }
 
 const ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
@@ -193,6 +211,15 @@ fn xor_into(out: &mut [u8], a: &[u8], b: &[u8]) {
     }
 }
 
+/// `out ^= delta`, a word at a time.
+fn xor_in_place(out: &mut [u8], delta: &[u8]) {
+    for (m, d) in out.chunks_exact_mut(8).zip(delta.chunks_exact(8)) {
+        let v = u64::from_ne_bytes((&*m).try_into().unwrap())
+            ^ u64::from_ne_bytes(d.try_into().unwrap());
+        m.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
 /// Indexes of the pages of `memory` that differ from `image`, skipping
 /// pages wholly inside `dead`.
 fn changed_pages(memory: &[u8], image: &[u8], dead: &Range<usize>) -> Vec<u32> {
@@ -207,6 +234,55 @@ fn changed_pages(memory: &[u8], image: &[u8], dead: &Range<usize>) -> Vec<u32> {
         }
     }
     changed
+}
+
+/// Threads worth using for `page_bytes` of page deltas in `frames` frames.
+fn codec_threads(page_bytes: usize, frames: usize) -> usize {
+    if page_bytes < PARALLEL_PAYLOAD_BYTES {
+        return 1;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores.min(MAX_CODEC_THREADS).min(frames).max(1)
+}
+
+/// Runs `work` over `jobs` on up to `threads` threads (the calling thread
+/// included), handing job `i` to thread `i % threads`; results keep the
+/// jobs' order.
+fn run_parallel<J: Send, R: Send>(
+    jobs: Vec<J>,
+    threads: usize,
+    work: impl Fn(J) -> R + Sync,
+) -> Vec<R> {
+    if threads <= 1 {
+        return jobs.into_iter().map(work).collect();
+    }
+    let count = jobs.len();
+    let mut lanes: Vec<Vec<(usize, J)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, job) in jobs.into_iter().enumerate() {
+        lanes[i % threads].push((i, job));
+    }
+    let work = &work;
+    let run_lane = move |lane: Vec<(usize, J)>| -> Vec<(usize, R)> {
+        lane.into_iter().map(|(i, job)| (i, work(job))).collect()
+    };
+    let mut own = lanes.remove(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| scope.spawn(move || run_lane(lane)))
+            .collect();
+        let mut done = run_lane(std::mem::take(&mut own));
+        for handle in handles {
+            match handle.join() {
+                Ok(part) => done.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        done
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    debug_assert_eq!(done.len(), count);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Encodes a checkpoint.
@@ -224,14 +300,16 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
         ));
     }
     let pages = changed_pages(c.memory, c.image, &c.dead);
-    let payload_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * (4 + PAGE_BYTES);
+    let page_bytes = pages.len() * PAGE_BYTES;
+    let head_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * 4;
+    let payload_len = head_len + page_bytes;
     if payload_len > c.max_payload_bytes || c.host_state.len() > MAX_HOST_STATE_BYTES {
         return Err(SnapshotError::TooLarge {
             bytes: payload_len,
             limit: c.max_payload_bytes,
         });
     }
-    let mut head = Vec::with_capacity(payload_len - pages.len() * PAGE_BYTES);
+    let mut head = Vec::with_capacity(head_len);
     head.extend_from_slice(&(c.memory.len() as u64).to_le_bytes());
     head.extend_from_slice(&c.stack_pointer.to_le_bytes());
     head.extend_from_slice(&(c.host_state.len() as u32).to_le_bytes());
@@ -240,38 +318,47 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     for index in &pages {
         head.extend_from_slice(&index.to_le_bytes());
     }
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload_len / 8);
+    let failed = |e: std::io::Error| SnapshotError::Corrupt(format!("compression failed: {e}"));
+    let compress_head = || -> std::io::Result<Vec<u8>> {
+        let mut encoder = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
+        encoder.set_pledged_src_size(Some(head.len() as u64))?;
+        encoder.include_contentsize(true)?;
+        encoder.write_all(&head)?;
+        encoder.finish()
+    };
+    let compress_pages = |indexes: &[u32]| -> std::io::Result<Vec<u8>> {
+        let bytes = indexes.len() * PAGE_BYTES;
+        let mut encoder = zstd::stream::Encoder::new(Vec::with_capacity(bytes / 8), ZSTD_LEVEL)?;
+        encoder.set_pledged_src_size(Some(bytes as u64))?;
+        encoder.include_contentsize(true)?;
+        let mut delta = [0u8; PAGE_BYTES];
+        for &index in indexes {
+            let start = index as usize * PAGE_BYTES;
+            let page = &c.memory[start..start + PAGE_BYTES];
+            if start >= c.image.len() {
+                // Beyond the image the base is zeros: the delta is the page.
+                encoder.write_all(page)?;
+            } else {
+                xor_into(&mut delta, page, image_page(c.image, start));
+                encoder.write_all(&delta)?;
+            }
+        }
+        encoder.finish()
+    };
+    let chunks: Vec<&[u32]> = pages.chunks(PAGES_PER_FRAME).collect();
+    let threads = codec_threads(page_bytes, chunks.len());
+    let frames = run_parallel(chunks, threads, compress_pages);
+    let head_frame = compress_head().map_err(failed)?;
+    let compressed: usize = frames.iter().map(|f| f.as_ref().map_or(0, Vec::len)).sum();
+    let mut out = Vec::with_capacity(HEADER_BYTES + head_frame.len() + compressed);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&c.guest_hash);
     out.extend_from_slice(&[0; 4]); // the checksum, filled in below
-    let compress = |out: Vec<u8>| -> std::io::Result<Vec<u8>> {
-        let mut encoder = zstd::stream::Encoder::new(out, ZSTD_LEVEL)?;
-        if payload_len >= MULTITHREAD_PAYLOAD_BYTES {
-            // Large heaps: compress on the machine's cores (the frame stays
-            // an ordinary zstd frame; decoding is unchanged).
-            let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-            if workers > 1 {
-                encoder.multithread(workers.min(MAX_COMPRESSION_WORKERS) as u32)?;
-            }
-        }
-        encoder.set_pledged_src_size(Some(payload_len as u64))?;
-        encoder.include_contentsize(true)?;
-        encoder.write_all(&head)?;
-        let mut delta = [0u8; PAGE_BYTES];
-        for &index in &pages {
-            let start = index as usize * PAGE_BYTES;
-            xor_into(
-                &mut delta,
-                &c.memory[start..start + PAGE_BYTES],
-                image_page(c.image, start),
-            );
-            encoder.write_all(&delta)?;
-        }
-        encoder.finish()
-    };
-    let mut out =
-        compress(out).map_err(|e| SnapshotError::Corrupt(format!("compression failed: {e}")))?;
+    out.extend_from_slice(&head_frame);
+    for frame in frames {
+        out.extend_from_slice(&frame.map_err(failed)?);
+    }
     let checksum = crc32fast::hash(&out[HEADER_BYTES..]);
     out[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
     Ok(Encoded {
@@ -289,7 +376,7 @@ pub struct Encoded {
     pub payload_bytes: usize,
 }
 
-/// Reads little-endian fields from the payload.
+/// Reads little-endian fields from the head.
 struct Reader<'a> {
     data: &'a [u8],
     at: usize,
@@ -316,33 +403,76 @@ impl<'a> Reader<'a> {
 thread_local! {
     /// A decompression context per thread: creating one costs more than
     /// decompressing a small snapshot.
-    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+    static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
         const { std::cell::RefCell::new(None) };
 }
 
-fn decompress(compressed: &[u8], size: usize) -> Result<Vec<u8>, SnapshotError> {
-    let corrupt = |e: std::io::Error| SnapshotError::Corrupt(format!("cannot decompress: {e}"));
-    DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new().map_err(corrupt)?);
+fn corrupt(what: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::Corrupt(what.to_string())
+}
+
+/// Splits off the next zstd frame of `data`, with its stated content size.
+fn next_frame(data: &[u8]) -> Result<(&[u8], u64, &[u8]), SnapshotError> {
+    let len = zstd::zstd_safe::find_frame_compressed_size(data)
+        .map_err(|_| corrupt("a frame is damaged"))?;
+    let (frame, rest) = data.split_at(len);
+    match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(size)) => Ok((frame, size, rest)),
+        _ => Err(corrupt("a frame does not state its size")),
+    }
+}
+
+/// Decompresses one whole frame into `out`, which must be exactly its
+/// content size.
+fn decompress_frame(
+    dctx: &mut zstd::zstd_safe::DCtx<'static>,
+    frame: &[u8],
+    out: &mut [u8],
+) -> Result<(), SnapshotError> {
+    dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+        .map_err(|_| corrupt("cannot reset the decompressor"))?;
+    let mut input = zstd::zstd_safe::InBuffer::around(frame);
+    let mut output = zstd::zstd_safe::OutBuffer::around(out);
+    loop {
+        let hint = dctx
+            .decompress_stream(&mut output, &mut input)
+            .map_err(|code| {
+                corrupt(format!(
+                    "cannot decompress: {}",
+                    zstd::zstd_safe::get_error_name(code)
+                ))
+            })?;
+        if hint == 0 {
+            break;
         }
-        let decompressor = slot.as_mut().expect("just created");
-        let mut out = Vec::with_capacity(size);
-        decompressor
-            .decompress_to_buffer(compressed, &mut out)
-            .map_err(corrupt)?;
-        Ok(out)
+        if input.pos() == frame.len() || output.pos() == output.capacity() {
+            return Err(corrupt("a frame ends early"));
+        }
+    }
+    if output.pos() != output.capacity() || input.pos() != frame.len() {
+        return Err(corrupt("a frame does not match its size"));
+    }
+    Ok(())
+}
+
+fn with_dctx<R>(
+    f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> Result<R, SnapshotError>,
+) -> Result<R, SnapshotError> {
+    DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
+        f(dctx)
     })
 }
 
 /// Decodes and verifies a snapshot taken from the guest `guest_hash`, whose
-/// memory may be at most `max_memory_bytes`.
+/// memory may be at most `max_memory_bytes`. The page deltas stay
+/// compressed until [`Snapshot::apply`].
 pub fn decode(
     bytes: &[u8],
     guest_hash: [u8; 32],
     max_memory_bytes: usize,
-) -> Result<Snapshot, SnapshotError> {
+) -> Result<Snapshot<'_>, SnapshotError> {
     if bytes.len() < HEADER_BYTES {
         return Err(if bytes.starts_with(&MAGIC[..bytes.len().min(8)]) {
             SnapshotError::Truncated
@@ -365,27 +495,17 @@ pub fn decode(
     if crc32fast::hash(compressed) != checksum {
         return Err(SnapshotError::ChecksumMismatch);
     }
-    let max_payload =
-        8 + 4 + 4 + MAX_HOST_STATE_BYTES + 4 + max_memory_bytes / PAGE_BYTES * (4 + PAGE_BYTES);
-    // The frame states its decompressed size: allocate exactly that, after
-    // checking it, rather than the ceiling.
-    let size = match zstd::zstd_safe::get_frame_content_size(compressed) {
-        Ok(Some(size)) if size <= max_payload as u64 => size as usize,
-        Ok(Some(size)) => {
-            return Err(SnapshotError::Corrupt(format!(
-                "it would decompress to {size} bytes"
-            )))
-        }
-        _ => return Err(SnapshotError::Corrupt("no content size".into())),
-    };
-    let payload = decompress(compressed, size)?;
-    if payload.len() != size {
-        return Err(SnapshotError::Truncated);
+    let max_pages = max_memory_bytes / PAGE_BYTES;
+    let max_head = 8 + 4 + 4 + MAX_HOST_STATE_BYTES + 4 + max_pages * 4;
+    // Frames state their decompressed sizes: allocate exactly that for the
+    // head, after checking it, rather than the ceiling.
+    let (head_frame, head_len, mut rest) = next_frame(compressed)?;
+    if head_len > max_head as u64 {
+        return Err(corrupt(format!("its head would be {head_len} bytes")));
     }
-    let mut r = Reader {
-        data: &payload,
-        at: 0,
-    };
+    let mut head = vec![0u8; head_len as usize];
+    with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
+    let mut r = Reader { data: &head, at: 0 };
     let memory_bytes = usize::try_from(r.u64()?)
         .map_err(|_| SnapshotError::Corrupt("memory size out of range".into()))?;
     if memory_bytes > max_memory_bytes || !memory_bytes.is_multiple_of(WASM_PAGE_BYTES) {
@@ -412,48 +532,172 @@ pub fn decode(
         }
         page_indexes.push(index);
     }
-    if payload.len() - r.at != count * PAGE_BYTES {
-        return Err(SnapshotError::Corrupt(
-            "page data does not match the page count".into(),
-        ));
+    if r.at != head.len() {
+        return Err(corrupt("the head has trailing bytes"));
+    }
+    let mut frames = Vec::with_capacity(count.div_ceil(PAGES_PER_FRAME));
+    let mut covered = 0usize;
+    while !rest.is_empty() {
+        let (frame, size, after) = next_frame(rest)?;
+        let pages = (size / PAGE_BYTES as u64) as usize;
+        if size % PAGE_BYTES as u64 != 0 || pages == 0 || pages > count - covered {
+            return Err(corrupt("page data does not match the page count"));
+        }
+        covered += pages;
+        frames.push((frame, pages));
+        rest = after;
+    }
+    if covered != count {
+        return Err(corrupt("page data does not match the page count"));
     }
     Ok(Snapshot {
         memory_bytes,
         stack_pointer,
         host_state,
         page_indexes,
-        payload,
+        frames,
     })
 }
 
-impl Snapshot {
-    /// XORs the stored deltas into `memory`, which must hold the module's
-    /// initial image (zeros beyond it) and be `memory_bytes` long. On an
-    /// error `memory` is partly written and must be discarded.
+/// One frame's restore: its compressed bytes, its pages, and the part of
+/// memory that starts at its first page.
+struct FrameJob<'s, 'm> {
+    frame: &'s [u8],
+    pages: &'s [u32],
+    memory: &'m mut [u8],
+    base: usize,
+}
+
+impl FrameJob<'_, '_> {
+    /// Decompresses the frame into memory: runs of consecutive pages
+    /// beyond `image_bytes` are written in place, pages inside it are
+    /// decompressed to a scratch buffer and XORed in.
+    fn run(self, image_bytes: usize) -> Result<(), SnapshotError> {
+        with_dctx(|dctx| {
+            dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+                .map_err(|_| corrupt("cannot reset the decompressor"))?;
+            let mut input = zstd::zstd_safe::InBuffer::around(self.frame);
+            let mut scratch = [0u8; PAGE_BYTES];
+            let mut ended = false;
+            let mut i = 0;
+            while i < self.pages.len() {
+                let start = self.pages[i] as usize * PAGE_BYTES;
+                if start < image_bytes {
+                    ended = fill(dctx, &mut input, &mut scratch)?;
+                    let at = start - self.base;
+                    xor_in_place(&mut self.memory[at..at + PAGE_BYTES], &scratch);
+                    i += 1;
+                    continue;
+                }
+                // A run of consecutive pages, all beyond the image.
+                let mut end = i + 1;
+                while end < self.pages.len() && self.pages[end] == self.pages[end - 1] + 1 {
+                    end += 1;
+                }
+                let at = start - self.base;
+                ended = fill(
+                    dctx,
+                    &mut input,
+                    &mut self.memory[at..at + (end - i) * PAGE_BYTES],
+                )?;
+                i = end;
+            }
+            // The frame's epilogue: nothing more may decompress.
+            let mut spare = [0u8; 1];
+            while !ended {
+                let before = input.pos();
+                let mut output = zstd::zstd_safe::OutBuffer::around(&mut spare[..]);
+                let hint = dctx
+                    .decompress_stream(&mut output, &mut input)
+                    .map_err(|_| corrupt("a frame is damaged"))?;
+                if output.pos() != 0 {
+                    return Err(corrupt("a frame does not match its size"));
+                }
+                ended = hint == 0;
+                if !ended && input.pos() == before {
+                    return Err(corrupt("a frame ends early"));
+                }
+            }
+            if input.pos() != self.frame.len() {
+                return Err(corrupt("a frame does not match its size"));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Decompresses exactly `out.len()` bytes from the frame's stream; returns
+/// whether the frame ended with them.
+fn fill(
+    dctx: &mut zstd::zstd_safe::DCtx<'static>,
+    input: &mut zstd::zstd_safe::InBuffer<'_>,
+    out: &mut [u8],
+) -> Result<bool, SnapshotError> {
+    let mut output = zstd::zstd_safe::OutBuffer::around(out);
+    let mut ended = false;
+    while output.pos() < output.capacity() {
+        if ended {
+            return Err(corrupt("a frame ends early"));
+        }
+        let before = (input.pos(), output.pos());
+        let hint = dctx.decompress_stream(&mut output, input).map_err(|code| {
+            corrupt(format!(
+                "cannot decompress: {}",
+                zstd::zstd_safe::get_error_name(code)
+            ))
+        })?;
+        ended = hint == 0;
+        if (input.pos(), output.pos()) == before {
+            return Err(corrupt("a frame ends early"));
+        }
+    }
+    Ok(ended)
+}
+
+impl Snapshot<'_> {
+    /// Writes the stored pages into `memory`, which must be `memory_bytes`
+    /// long and hold a fresh instance's memory: the module's initial image
+    /// in its first `image_bytes`, zeros after. Large snapshots are
+    /// restored on several threads. On an error `memory` is partly written
+    /// and must be discarded.
     ///
     /// # Errors
     ///
     /// [`SnapshotError::Corrupt`] when `memory` is shorter than
-    /// `memory_bytes` (nothing is written then).
-    pub fn apply(self, memory: &mut [u8]) -> Result<(), SnapshotError> {
+    /// `memory_bytes` (nothing is written then) or a frame does not
+    /// decompress.
+    pub fn apply(self, memory: &mut [u8], image_bytes: usize) -> Result<(), SnapshotError> {
         if memory.len() < self.memory_bytes {
             return Err(SnapshotError::Corrupt("memory is too short".into()));
         }
-        let deltas = &self.payload[self.payload.len() - self.page_indexes.len() * PAGE_BYTES..];
-        for (index, delta) in self
-            .page_indexes
-            .iter()
-            .zip(deltas.chunks_exact(PAGE_BYTES))
-        {
-            let start = *index as usize * PAGE_BYTES;
-            let page = &mut memory[start..start + PAGE_BYTES];
-            for (m, d) in page.chunks_exact_mut(8).zip(delta.chunks_exact(8)) {
-                let v = u64::from_ne_bytes((&*m).try_into().unwrap())
-                    ^ u64::from_ne_bytes(d.try_into().unwrap());
-                m.copy_from_slice(&v.to_ne_bytes());
-            }
+        let mut jobs = Vec::with_capacity(self.frames.len());
+        let mut pages = &self.page_indexes[..];
+        let mut rest = memory;
+        let mut base = 0usize;
+        for &(frame, count) in &self.frames {
+            let (mine, later) = pages.split_at(count);
+            pages = later;
+            // This frame's memory runs from its first page to the next
+            // frame's first page (or the end).
+            let start = mine[0] as usize * PAGE_BYTES;
+            let end = later
+                .first()
+                .map_or(base + rest.len(), |&p| p as usize * PAGE_BYTES);
+            let (_, from_start) = std::mem::take(&mut rest).split_at_mut(start - base);
+            let (region, after) = from_start.split_at_mut(end - start);
+            rest = after;
+            base = end;
+            jobs.push(FrameJob {
+                frame,
+                pages: mine,
+                memory: region,
+                base: start,
+            });
         }
-        Ok(())
+        let threads = codec_threads(self.page_indexes.len() * PAGE_BYTES, jobs.len());
+        run_parallel(jobs, threads, |job| job.run(image_bytes))
+            .into_iter()
+            .collect()
     }
 
     /// Number of stored pages.
@@ -500,7 +744,7 @@ mod tests {
         let pages = snap.page_count();
         let mut restored = image.clone();
         restored.resize(memory.len(), 0);
-        snap.apply(&mut restored).unwrap();
+        snap.apply(&mut restored, image.len()).unwrap();
         assert_eq!(restored, memory);
         // Page 0, and the 16 pages beyond the image except the zero one.
         assert_eq!(pages, 1 + 16 - 1);
@@ -517,8 +761,91 @@ mod tests {
         assert!(bytes.len() < 64 * PAGE_BYTES / 20, "{} bytes", bytes.len());
         let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
         let mut restored = image.clone();
-        snap.apply(&mut restored).unwrap();
+        snap.apply(&mut restored, image.len()).unwrap();
         assert_eq!(restored, memory);
+    }
+
+    /// Recomputes the checksum of a snapshot edited after its header.
+    fn reseal(bytes: &mut [u8]) {
+        let checksum = crc32fast::hash(&bytes[HEADER_BYTES..]);
+        bytes[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
+    }
+
+    #[test]
+    fn large_snapshots_round_trip_through_parallel_frames() {
+        // 1 MiB image, 9 MiB of memory: changed pages inside the image and
+        // runs beyond it, broken by unchanged (zero) pages, across several
+        // frames and threads.
+        let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+        let mut memory = image.clone();
+        memory.resize(9 << 20, 0);
+        let mut x = 12345u64;
+        for (i, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
+            if i % 97 == 5 {
+                continue; // unchanged
+            }
+            for b in page.iter_mut().step_by(3) {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *b ^= (x >> 59) as u8;
+            }
+        }
+        let mut c = checkpoint(&memory, &image, 0..0);
+        c.max_payload_bytes = 64 << 20;
+        let encoded = encode(&c).unwrap();
+        assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
+        let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+        assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).unwrap();
+        assert!(restored == memory);
+    }
+
+    #[test]
+    fn frames_that_disagree_with_the_page_count_are_corrupt() {
+        let (image, memory) = sample();
+        let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+        let (head, _, pages) = next_frame(&good[HEADER_BYTES..]).unwrap();
+        let head_end = HEADER_BYTES + head.len();
+        // The page frame left out.
+        let mut v = good[..head_end].to_vec();
+        reseal(&mut v);
+        let e = decode(&v, GUEST, 1 << 30).unwrap_err();
+        assert_eq!(e, corrupt("page data does not match the page count"));
+        // A page frame repeated.
+        let mut v = good.clone();
+        v.extend_from_slice(pages);
+        reseal(&mut v);
+        let e = decode(&v, GUEST, 1 << 30).unwrap_err();
+        assert_eq!(e, corrupt("page data does not match the page count"));
+        // Garbage after the frames.
+        let mut v = good.clone();
+        v.extend_from_slice(b"garbage!");
+        reseal(&mut v);
+        assert!(matches!(
+            decode(&v, GUEST, 1 << 30).unwrap_err(),
+            SnapshotError::Corrupt(_)
+        ));
+        // A damaged block inside a frame whose header is intact: found when
+        // the pages are written, as a corrupt snapshot, not a crash.
+        let mut v = good.clone();
+        let mid = head_end + pages.len() / 2;
+        for b in &mut v[mid..mid + 8] {
+            *b ^= 0xA5;
+        }
+        reseal(&mut v);
+        let outcome = decode(&v, GUEST, 1 << 30).and_then(|snap| {
+            let mut restored = image.clone();
+            restored.resize(memory.len(), 0);
+            snap.apply(&mut restored, image.len()).map(|()| restored)
+        });
+        match outcome {
+            Err(SnapshotError::Corrupt(_)) => {}
+            Ok(restored) => assert!(restored != memory, "damage went unnoticed"),
+            Err(other) => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
