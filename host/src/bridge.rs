@@ -49,7 +49,10 @@ use quickcell_catalog::{Catalog, CatalogError, Projection, SourceKind};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -256,6 +259,14 @@ fn ok(id: u64, value: Value) -> Value {
 
 fn err(id: u64, message: impl Into<String>, code: &str) -> Value {
     json!({ "id": id, "ok": false, "error": { "message": message.into(), "code": code } })
+}
+
+fn tool_panicked(id: u64) -> Value {
+    err(
+        id,
+        "the tool failed unexpectedly (it panicked)",
+        "tool_error",
+    )
 }
 
 fn catalog_err(id: u64, e: CatalogError) -> Value {
@@ -674,11 +685,11 @@ impl Bridge {
                     return true;
                 }
                 let token = CancellationToken::new();
-                self.tokens.insert(id, token.clone());
                 let catalog = tools.catalog.clone();
+                let call_token = token.clone();
                 let call = async move {
                     let name = prepared.display_name.clone();
-                    match tool.call(prepared.arguments, token).await {
+                    match tool.call(prepared.arguments, call_token).await {
                         Ok(value) => match catalog.check_output(&prepared.id, &name, &value) {
                             Ok(()) => ok(id, value),
                             Err(e) => catalog_err(id, e),
@@ -692,16 +703,33 @@ impl Bridge {
                         }
                     }
                 };
+                // A tool that answers without waiting (a lookup, a no-op,
+                // anything done in its first poll) settles here, without a
+                // task; the guest gets it with this batch.
+                let mut call: Pin<Box<dyn Future<Output = Value> + Send>> = Box::pin(call);
+                let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    call.as_mut()
+                        .poll(&mut Context::from_waker(std::task::Waker::noop()))
+                }));
+                match first_poll {
+                    Ok(Poll::Ready(settlement)) => {
+                        let settlement = self.fit_inbox(settlement, "callValue");
+                        self.ready.push(settlement);
+                        return replay_safe;
+                    }
+                    Ok(Poll::Pending) => {}
+                    Err(_) => {
+                        self.ready.push(tool_panicked(id));
+                        return replay_safe;
+                    }
+                }
+                self.tokens.insert(id, token);
                 // The inner task isolates a panicking tool: its settlement
                 // becomes a tool error and the host keeps serving.
                 self.in_flight.spawn(async move {
                     match tokio::spawn(call).await {
                         Ok(settlement) => settlement,
-                        Err(_) => err(
-                            id,
-                            "the tool failed unexpectedly (it panicked)",
-                            "tool_error",
-                        ),
+                        Err(_) => tool_panicked(id),
                     }
                 });
                 replay_safe

@@ -239,14 +239,24 @@ async fn detached_calls_are_drained_not_aborted() {
 async fn tool_errors_are_catchable_with_a_code() {
     let mut bad = t("bad", "Fails");
     bad.behaviour = "fail";
+    // One panics in its first poll (settled without a task), one after
+    // waiting (in its task).
     let mut buggy = t("buggy", "Panics");
     buggy.behaviour = "panic";
-    let (rt, _) = runtime_with(vec![bad, buggy, t("good", "Works")], Limits::default()).await;
+    let mut late_buggy = t("lateBuggy", "Panics later");
+    late_buggy.behaviour = "panic";
+    late_buggy.delay = Duration::from_millis(5);
+    let (rt, _) = runtime_with(
+        vec![bad, buggy, late_buggy, t("good", "Works")],
+        Limits::default(),
+    )
+    .await;
     let r = rt
         .exec(ExecInput::new("errors", r#"
             const out = [];
             try { await bad({}); } catch (e) { out.push([e instanceof Error, e.message, e.code, e.effectStatus]); }
             try { await buggy({}); } catch (e) { out.push([e.code, e.message]); }
+            try { await lateBuggy({}); } catch (e) { out.push([e.code, e.message]); }
             try { await good({valu: "x"}); } catch (e) { out.push([e.code, e.message]); }
             out.push((await good({value: "still here"})).input.value);
             return out;"#))
@@ -256,20 +266,22 @@ async fn tool_errors_are_catchable_with_a_code() {
         v[0],
         json!([true, "the service said no", "tool_error", "unknown"])
     );
-    assert_eq!(v[1][0], "tool_error");
-    assert_eq!(v[2][0], "input_contract");
+    let panicked = json!(["tool_error", "the tool failed unexpectedly (it panicked)"]);
+    assert_eq!(v[1], panicked);
+    assert_eq!(v[2], panicked);
+    assert_eq!(v[3][0], "input_contract");
     assert!(
-        v[2][1]
+        v[3][1]
             .as_str()
             .unwrap()
             .starts_with("Invalid arguments for tool \"good\""),
         "{v}"
     );
     assert!(
-        v[2][1].as_str().unwrap().contains("Did you mean: value?"),
+        v[3][1].as_str().unwrap().contains("Did you mean: value?"),
         "{v}"
     );
-    assert_eq!(v[3], "still here");
+    assert_eq!(v[4], "still here");
     let f = failed(&rt.exec(ExecInput::new("uncaught", "await bad({})")).await).clone();
     assert_eq!(
         f.error.lines().next().unwrap(),

@@ -123,5 +123,11 @@ pub trait Tool: Send + Sync {
 
     /// Runs the tool with `args` (the JSON value the cell passed; `null`
     /// when it passed nothing). Must return promptly once `cancel` fires.
+    ///
+    /// The future's first poll runs on the cell's own task (a call that is
+    /// done by then settles without a task of its own); it is moved into a
+    /// separate task only if it is still pending. So do not block before
+    /// the first `.await`: put blocking work in
+    /// `tokio::task::spawn_blocking`.
     async fn call(&self, args: Value, cancel: CancelSignal) -> Result<Value, ToolError>;
 }
