@@ -559,6 +559,16 @@ pub fn decode(
     })
 }
 
+/// End (exclusive) of the run of consecutive page indexes that starts at
+/// `pages[i]`.
+fn run_end(pages: &[u32], i: usize) -> usize {
+    let mut end = i + 1;
+    while end < pages.len() && pages[end] == pages[end - 1] + 1 {
+        end += 1;
+    }
+    end
+}
+
 /// One frame's restore: its compressed bytes, its pages, and the part of
 /// memory that starts at its first page.
 struct FrameJob<'s, 'm> {
@@ -591,10 +601,7 @@ impl FrameJob<'_, '_> {
                     continue;
                 }
                 // A run of consecutive pages, all beyond the image.
-                let mut end = i + 1;
-                while end < self.pages.len() && self.pages[end] == self.pages[end - 1] + 1 {
-                    end += 1;
-                }
+                let end = run_end(self.pages, i);
                 let at = start - self.base;
                 ended = fill(
                     dctx,
@@ -638,10 +645,7 @@ impl FrameJob<'_, '_> {
     fn prefault(&self) {
         let mut i = 0;
         while i < self.pages.len() {
-            let mut end = i + 1;
-            while end < self.pages.len() && self.pages[end] == self.pages[end - 1] + 1 {
-                end += 1;
-            }
+            let end = run_end(self.pages, i);
             let at = self.pages[i] as usize * PAGE_BYTES - self.base;
             let len = (end - i) * PAGE_BYTES;
             let run = &self.memory[at..at + len];
