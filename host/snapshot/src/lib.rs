@@ -241,7 +241,9 @@ fn codec_threads(page_bytes: usize, frames: usize) -> usize {
     if page_bytes < PARALLEL_PAYLOAD_BYTES {
         return 1;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // `available_parallelism` reads cgroup files on Linux: once per process.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     cores.min(MAX_CODEC_THREADS).min(frames).max(1)
 }
 
@@ -429,27 +431,43 @@ fn decompress_frame(
     frame: &[u8],
     out: &mut [u8],
 ) -> Result<(), SnapshotError> {
-    dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
-        .map_err(|_| corrupt("cannot reset the decompressor"))?;
+    reset(dctx)?;
     let mut input = zstd::zstd_safe::InBuffer::around(frame);
-    let mut output = zstd::zstd_safe::OutBuffer::around(out);
-    loop {
+    let ended = fill(dctx, &mut input, out)?;
+    finish_frame(dctx, &mut input, ended, frame.len())
+}
+
+fn reset(dctx: &mut zstd::zstd_safe::DCtx<'static>) -> Result<(), SnapshotError> {
+    dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+        .map(drop)
+        .map_err(|_| corrupt("cannot reset the decompressor"))
+}
+
+/// Reads the rest of a frame whose content has all been decompressed
+/// (`ended`: the decompressor already saw its end): nothing more may come
+/// out of it, and it must use all `frame_len` bytes.
+fn finish_frame(
+    dctx: &mut zstd::zstd_safe::DCtx<'static>,
+    input: &mut zstd::zstd_safe::InBuffer<'_>,
+    mut ended: bool,
+    frame_len: usize,
+) -> Result<(), SnapshotError> {
+    let mut spare = [0u8; 1];
+    while !ended {
+        let before = input.pos();
+        let mut output = zstd::zstd_safe::OutBuffer::around(&mut spare[..]);
         let hint = dctx
-            .decompress_stream(&mut output, &mut input)
-            .map_err(|code| {
-                corrupt(format!(
-                    "cannot decompress: {}",
-                    zstd::zstd_safe::get_error_name(code)
-                ))
-            })?;
-        if hint == 0 {
-            break;
+            .decompress_stream(&mut output, input)
+            .map_err(|_| corrupt("a frame is damaged"))?;
+        if output.pos() != 0 {
+            return Err(corrupt("a frame does not match its size"));
         }
-        if input.pos() == frame.len() || output.pos() == output.capacity() {
+        ended = hint == 0;
+        if !ended && input.pos() == before {
             return Err(corrupt("a frame ends early"));
         }
     }
-    if output.pos() != output.capacity() || input.pos() != frame.len() {
+    if input.pos() != frame_len {
         return Err(corrupt("a frame does not match its size"));
     }
     Ok(())
@@ -585,8 +603,7 @@ impl FrameJob<'_, '_> {
     fn run(self, image_bytes: usize) -> Result<(), SnapshotError> {
         self.prefault();
         with_dctx(|dctx| {
-            dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
-                .map_err(|_| corrupt("cannot reset the decompressor"))?;
+            reset(dctx)?;
             let mut input = zstd::zstd_safe::InBuffer::around(self.frame);
             let mut scratch = [0u8; PAGE_BYTES];
             let mut ended = false;
@@ -610,26 +627,7 @@ impl FrameJob<'_, '_> {
                 )?;
                 i = end;
             }
-            // The frame's epilogue: nothing more may decompress.
-            let mut spare = [0u8; 1];
-            while !ended {
-                let before = input.pos();
-                let mut output = zstd::zstd_safe::OutBuffer::around(&mut spare[..]);
-                let hint = dctx
-                    .decompress_stream(&mut output, &mut input)
-                    .map_err(|_| corrupt("a frame is damaged"))?;
-                if output.pos() != 0 {
-                    return Err(corrupt("a frame does not match its size"));
-                }
-                ended = hint == 0;
-                if !ended && input.pos() == before {
-                    return Err(corrupt("a frame ends early"));
-                }
-            }
-            if input.pos() != self.frame.len() {
-                return Err(corrupt("a frame does not match its size"));
-            }
-            Ok(())
+            finish_frame(dctx, &mut input, ended, self.frame.len())
         })
     }
 }
