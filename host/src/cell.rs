@@ -33,7 +33,7 @@ use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
 use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools, SessionAccess};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
-use crate::engine::SharedEngine;
+use crate::engine::{SharedEngine, MAX_HOT_PAGES};
 use crate::input::{ExecInput, WaitInput};
 use crate::output;
 use crate::result::{
@@ -207,6 +207,14 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         Ok(x) => x,
         Err(failure) => return failure,
     };
+    if let Some(runs) = env.shared.hot_pages.get() {
+        let memory = exports.memory.data_mut(&mut store);
+        for run in runs {
+            if let Some(region) = memory.get_mut(run.clone()) {
+                snapshot::prefault(region);
+            }
+        }
+    }
     let options = serde_json::json!({
         "memoryLimitBytes": env.limits.memory_limit_bytes,
         // Fixed width, so parsing costs the same fuel for every seed.
@@ -601,6 +609,19 @@ impl LiveCell {
         };
         let restart_safe = self.restart_safe;
         let owner = self.owner.clone();
+        if self.generation == 0
+            && matches!(ending, Ending::Completed { .. })
+            && env.shared.hot_pages.get().is_none()
+        {
+            let memory = self.exports.memory.data(&self.store);
+            let runs = snapshot::changed_image_runs(memory, &env.shared.memory_image);
+            let pages: usize = runs.iter().map(|r| r.len() / snapshot::PAGE_BYTES).sum();
+            let _ = env.shared.hot_pages.set(if pages <= MAX_HOT_PAGES {
+                runs
+            } else {
+                Vec::new()
+            });
+        }
         release_in_background(self.store);
         let mut result = finish(ending, output, budget, dispatch_started, telemetry);
         result.set_untrusted_source(untrusted_source);

@@ -69,6 +69,10 @@ pub(crate) const POOL_INSTANCES: u32 = 256;
 /// `memoryLimitBytes` plus the runtime image and allocator overhead.
 pub(crate) const POOL_MAX_MEMORY_BYTES: usize = 1536 << 20;
 
+/// Most image pages a fresh cell pre-faults ([`SharedEngine::hot_pages`]):
+/// 1 MiB. A first cell that dirtied more teaches nothing.
+pub(crate) const MAX_HOT_PAGES: usize = 256;
+
 /// The engine, the pre-initialized module, and the linker shared by all
 /// runtimes of the process.
 pub(crate) struct SharedEngine {
@@ -84,6 +88,13 @@ pub(crate) struct SharedEngine {
     pub stack: std::ops::Range<usize>,
     /// Whether the module was loaded from the on-disk cache.
     pub from_cache: bool,
+    /// The image pages a cell writes on its way from start to end, learned
+    /// from the process's first cell that completes without parking (at
+    /// most [`MAX_HOT_PAGES`]; empty if it wrote more). Every fresh cell
+    /// pre-faults them in one system call per run instead of taking a
+    /// copy-on-write fault per page: ~10% off a trivial cell. A hint only;
+    /// nothing depends on it for correctness.
+    pub hot_pages: std::sync::OnceLock<Vec<std::ops::Range<usize>>>,
     stop_ticker: Arc<AtomicBool>,
 }
 
@@ -177,6 +188,7 @@ impl SharedEngine {
             memory_image,
             stack,
             from_cache,
+            hot_pages: std::sync::OnceLock::new(),
             stop_ticker,
         })
     }

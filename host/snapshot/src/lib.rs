@@ -600,7 +600,7 @@ impl FrameJob<'_, '_> {
     /// Decompresses the frame into memory: runs of consecutive pages
     /// beyond `image_bytes` are written in place, pages inside it are
     /// decompressed to a scratch buffer and XORed in.
-    fn run(self, image_bytes: usize) -> Result<(), SnapshotError> {
+    fn run(mut self, image_bytes: usize) -> Result<(), SnapshotError> {
         self.prefault();
         with_dctx(|dctx| {
             reset(dctx)?;
@@ -633,35 +633,58 @@ impl FrameJob<'_, '_> {
 }
 
 impl FrameJob<'_, '_> {
-    /// Makes the frame's pages writable in one system call per run of
-    /// consecutive pages (Linux's `MADV_POPULATE_WRITE`), instead of one
-    /// page fault per page as they are written: a fresh instance's memory
-    /// is a copy-on-write mapping. Restores a small snapshot ~35% faster.
-    /// Best effort: kernels before 5.14 refuse it and the writes fault as
-    /// usual.
-    #[cfg(target_os = "linux")]
-    fn prefault(&self) {
+    /// Makes the frame's pages writable with one [`prefault`] per run of
+    /// consecutive pages: restores a small snapshot ~35% faster than a
+    /// copy-on-write fault per page.
+    fn prefault(&mut self) {
         let mut i = 0;
         while i < self.pages.len() {
             let end = run_end(self.pages, i);
             let at = self.pages[i] as usize * PAGE_BYTES - self.base;
-            let len = (end - i) * PAGE_BYTES;
-            let run = &self.memory[at..at + len];
-            // SAFETY: the range lies inside memory this job holds mutably;
-            // populating pages does not change their contents.
-            let _ = unsafe {
-                rustix::mm::madvise(
-                    run.as_ptr() as *mut std::ffi::c_void,
-                    len,
-                    rustix::mm::Advice::LinuxPopulateWrite,
-                )
-            };
+            prefault(&mut self.memory[at..at + (end - i) * PAGE_BYTES]);
             i = end;
         }
     }
+}
 
+/// Makes the pages of `region` present and writable now, in one system
+/// call (Linux's `MADV_POPULATE_WRITE`), instead of one page fault each
+/// when they are first written: a fresh instance's memory is a
+/// copy-on-write mapping of its image. Contents do not change. Best effort:
+/// elsewhere, and on kernels before 5.14, it does nothing and the writes
+/// fault as usual.
+pub fn prefault(region: &mut [u8]) {
+    #[cfg(target_os = "linux")]
+    if !region.is_empty() {
+        // SAFETY: the range is memory we hold mutably; populating pages
+        // does not change their contents.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                region.as_mut_ptr().cast(),
+                region.len(),
+                rustix::mm::Advice::LinuxPopulateWrite,
+            )
+        };
+    }
     #[cfg(not(target_os = "linux"))]
-    fn prefault(&self) {}
+    let _ = region;
+}
+
+/// Byte ranges of the pages in the first `image.len()` bytes of `memory`
+/// that differ from `image`, consecutive pages merged, in order.
+pub fn changed_image_runs(memory: &[u8], image: &[u8]) -> Vec<Range<usize>> {
+    let inside = &memory[..memory.len().min(image.len())];
+    let pages = changed_pages(inside, image, &(0..0));
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < pages.len() {
+        let end = run_end(&pages, i);
+        runs.push(
+            pages[i] as usize * PAGE_BYTES..pages[end - 1] as usize * PAGE_BYTES + PAGE_BYTES,
+        );
+        i = end;
+    }
+    runs
 }
 
 /// Decompresses exactly `out.len()` bytes from the frame's stream; returns
@@ -884,6 +907,22 @@ mod tests {
             Ok(restored) => assert!(restored != memory, "damage went unnoticed"),
             Err(other) => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn changed_image_runs_merge_consecutive_pages_inside_the_image() {
+        let image = vec![1u8; 8 * PAGE_BYTES];
+        let mut memory = image.clone();
+        memory.resize(12 * PAGE_BYTES, 0);
+        memory[PAGE_BYTES + 5] = 0; // page 1
+        memory[2 * PAGE_BYTES] = 0; // page 2
+        memory[6 * PAGE_BYTES + 9] = 7; // page 6
+        memory[10 * PAGE_BYTES] = 3; // beyond the image: not reported
+        assert_eq!(
+            changed_image_runs(&memory, &image),
+            vec![PAGE_BYTES..3 * PAGE_BYTES, 6 * PAGE_BYTES..7 * PAGE_BYTES]
+        );
+        assert!(changed_image_runs(&image, &image).is_empty());
     }
 
     #[test]
