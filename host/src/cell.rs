@@ -33,7 +33,7 @@ use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
 use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools, SessionAccess};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
-use crate::engine::{SharedEngine, MAX_HOT_PAGES};
+use crate::engine::SharedEngine;
 use crate::input::{ExecInput, WaitInput};
 use crate::output;
 use crate::result::{
@@ -50,7 +50,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::{ResourceLimiter, Store, Trap, UpdateDeadline, Val};
+use wasmtime::{Memory, ResourceLimiter, Store, Trap, UpdateDeadline, Val};
 
 /// Warning of a completed cell whose store writes could not be committed.
 pub(crate) const STORE_COMMIT_UNCONFIRMED: &str = "Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply.";
@@ -84,7 +84,7 @@ enum Ending {
 
 /// What a cell call needs from its runtime.
 pub(crate) struct CellEnv<'a> {
-    pub shared: &'a SharedEngine,
+    pub shared: &'a Arc<SharedEngine>,
     pub limits: &'a Limits,
     pub tools: &'a Arc<CellTools>,
     pub runs: &'a Arc<RunRegistry>,
@@ -609,20 +609,12 @@ impl LiveCell {
         };
         let restart_safe = self.restart_safe;
         let owner = self.owner.clone();
-        if self.generation == 0
+        // A fresh cell that completed shows which image pages cells write.
+        let learn = (self.generation == 0
             && matches!(ending, Ending::Completed { .. })
-            && env.shared.hot_pages.get().is_none()
-        {
-            let memory = self.exports.memory.data(&self.store);
-            let runs = snapshot::changed_image_runs(memory, &env.shared.memory_image);
-            let pages: usize = runs.iter().map(|r| r.len() / snapshot::PAGE_BYTES).sum();
-            let _ = env.shared.hot_pages.set(if pages <= MAX_HOT_PAGES {
-                runs
-            } else {
-                Vec::new()
-            });
-        }
-        release_in_background(self.store);
+            && env.shared.hot_pages.get().is_none())
+        .then(|| (env.shared.clone(), self.exports.memory));
+        release_in_background(self.store, learn);
         let mut result = finish(ending, output, budget, dispatch_started, telemetry);
         result.set_untrusted_source(untrusted_source);
         match &mut result {
@@ -833,8 +825,15 @@ pub(crate) mod stats {
 /// Drops a finished cell's store (its instance goes back to the pool) after
 /// the result has been returned, keeping the teardown off the call's
 /// latency.
-fn release_in_background(store: Store<CellState>) {
-    tokio::spawn(async move { drop(store) });
+/// With `learn`, the engine first learns its hot pages from the cell's
+/// memory (also off the call's latency).
+fn release_in_background(store: Store<CellState>, learn: Option<(Arc<SharedEngine>, Memory)>) {
+    tokio::spawn(async move {
+        if let Some((shared, memory)) = learn {
+            shared.learn_hot_pages(memory.data(&store));
+        }
+        drop(store)
+    });
 }
 
 /// Automatic references (contract §10.4): a final array or object that had

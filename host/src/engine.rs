@@ -98,6 +98,26 @@ pub(crate) struct SharedEngine {
     stop_ticker: Arc<AtomicBool>,
 }
 
+impl SharedEngine {
+    /// Learns [`SharedEngine::hot_pages`] from the memory of a fresh cell
+    /// that completed, unless already learned.
+    pub(crate) fn learn_hot_pages(&self, memory: &[u8]) {
+        if self.hot_pages.get().is_some() {
+            return;
+        }
+        let runs = quickcell_snapshot::changed_image_runs(memory, &self.memory_image);
+        let pages: usize = runs
+            .iter()
+            .map(|r| r.len() / quickcell_snapshot::PAGE_BYTES)
+            .sum();
+        let _ = self.hot_pages.set(if pages <= MAX_HOT_PAGES {
+            runs
+        } else {
+            Vec::new()
+        });
+    }
+}
+
 impl Drop for SharedEngine {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
