@@ -21,14 +21,15 @@
 //! snapshot of memory plus `__stack_pointer` is the whole guest state.
 
 use javy::quickjs::{
-    context::EvalOptions, prelude::Func, qjs, Ctx, Function, Object, Persistent, Value,
+    context::EvalOptions, prelude::Func, qjs, Ctx, Function, Object, Persistent, Promise, Value,
 };
 use javy::{Config, Runtime};
 
 mod plain_json;
 mod project;
 use serde::Deserialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
 wit_bindgen::generate!({
     path: "../wit",
@@ -57,14 +58,24 @@ const USER_FILE: &str = "quickcell:user.js";
 struct State {
     runtime: Runtime,
     runner: Persistent<Object<'static>>,
-    /// `runner.settleOne` and `runner.status`, looked up once: they run for
-    /// every bridge round trip.
-    settle_one: Persistent<Function<'static>>,
+    /// `runner.status`, looked up once.
     status: Persistent<Function<'static>>,
 }
 
+/// The resolving functions (`[resolve, reject]`) of one pending bridge
+/// request's promise.
+type Waiter = [Persistent<Function<'static>>; 2];
+
 thread_local! {
     static STATE: RefCell<Option<State>> = const { RefCell::new(None) };
+    /// Pending bridge requests by id. Like everything else, they live in
+    /// linear memory, so a snapshot carries them.
+    static WAITERS: RefCell<BTreeMap<u64, Waiter>> = const { RefCell::new(BTreeMap::new()) };
+    /// Id of the most recent bridge request (`native.lastRequestId`).
+    static LAST_REQUEST_ID: Cell<u64> = const { Cell::new(0) };
+    /// Set once the cell has an outcome (`native.finished`); until then the
+    /// status is pending without asking the prelude.
+    static FINISHED: Cell<bool> = const { Cell::new(false) };
 }
 
 extern "C" {
@@ -110,6 +121,55 @@ fn projection_intrinsics<'js>(
     unawaited: String,
 ) {
     project::set_intrinsics(&ctx, date_proto, error_proto, to_iso, unawaited);
+}
+
+/// `native.request(method, argsJson)`: queues a bridge request with the host
+/// and returns its promise, whose resolving functions wait in [`WAITERS`]
+/// until `settle` delivers the result.
+fn request_native<'js>(
+    ctx: Ctx<'js>,
+    method: String,
+    args: String,
+) -> javy::quickjs::Result<Promise<'js>> {
+    let id = host::request(&method, &args);
+    LAST_REQUEST_ID.set(id);
+    let (promise, resolve, reject) = Promise::new(&ctx)?;
+    let waiter = [
+        Persistent::save(&ctx, resolve),
+        Persistent::save(&ctx, reject),
+    ];
+    WAITERS.with(|w| w.borrow_mut().insert(id, waiter));
+    Ok(promise)
+}
+
+/// Settles one pending request: resolves its promise with the value, or
+/// rejects it with the prelude's `bridgeError` built from the error. Unknown
+/// ids (already settled, or cleared timers) are ignored.
+fn settle_one<'js>(ctx: &Ctx<'js>, state: &State, settlement: &Settlement<'_>) {
+    // The entry leaves the map before any JavaScript runs: resolving with
+    // an object reads its `then`, which user code may have defined.
+    let Some([resolve, reject]) = WAITERS.with(|w| w.borrow_mut().remove(&settlement.id)) else {
+        return;
+    };
+    let payload = if settlement.ok {
+        settlement.value
+    } else {
+        settlement.error
+    };
+    let parsed = match payload.map(|v| v.get()) {
+        None | Some("null") => Ok(Value::new_null(ctx.clone())),
+        Some(json) => ctx.json_parse(json),
+    };
+    let (func, arg) = match parsed {
+        Ok(value) if settlement.ok => (resolve, Some(value)),
+        Ok(error) => (reject, call_runner(ctx, state, "bridgeError", (error,))),
+        Err(_) => (reject, Some(ctx.catch())),
+    };
+    let Ok(func) = func.restore(ctx) else { return };
+    let arg = arg.unwrap_or_else(|| Value::new_undefined(ctx.clone()));
+    if func.call::<_, Value>((arg,)).is_err() {
+        let _ = ctx.catch();
+    }
 }
 
 fn build_state() -> anyhow_like::Result<State> {
@@ -160,12 +220,19 @@ fn build_state() -> anyhow_like::Result<State> {
             .set("projectionIntrinsics", Func::from(projection_intrinsics))
             .map_err(|e| e.to_string())?;
         native
+            .set("request", Func::from(request_native))
+            .map_err(|e| e.to_string())?;
+        native
+            .set("lastRequestId", Func::from(|| LAST_REQUEST_ID.get() as f64))
+            .map_err(|e| e.to_string())?;
+        native
             .set(
-                "request",
-                Func::from(|method: String, args: String| -> f64 {
-                    host::request(&method, &args) as f64
-                }),
+                "isPending",
+                Func::from(|id: f64| WAITERS.with(|w| w.borrow().contains_key(&(id as u64)))),
             )
+            .map_err(|e| e.to_string())?;
+        native
+            .set("finished", Func::from(|| FINISHED.set(true)))
             .map_err(|e| e.to_string())?;
         native
             .set(
@@ -191,19 +258,16 @@ fn build_state() -> anyhow_like::Result<State> {
         let runner: Object = install
             .call((native,))
             .map_err(|e| describe_js_error(&ctx, e))?;
-        let settle_one: Function = runner.get("settleOne").map_err(|e| e.to_string())?;
         let status: Function = runner.get("status").map_err(|e| e.to_string())?;
         Ok((
             Persistent::save(&ctx, runner),
-            Persistent::save(&ctx, settle_one),
             Persistent::save(&ctx, status),
         ))
     })?;
-    let (runner, settle_one, status) = runner;
+    let (runner, status) = runner;
     Ok(State {
         runtime,
         runner,
-        settle_one,
         status,
     })
 }
@@ -354,6 +418,9 @@ fn call_runner<'js, A: javy::quickjs::function::IntoArgs<'js>>(
 /// serialized, so a cell that ended by running out of memory can still be
 /// reported; the wasm linear-memory cap set by the host still applies.
 fn status_json(state: &State) -> String {
+    if !FINISHED.get() {
+        return PENDING_STATUS.to_string();
+    }
     let rt = runtime_ptr(state);
     unsafe { qjs::JS_SetMemoryLimit(rt, usize::MAX as _) };
     let status = state.runtime.context().with(|ctx| {
@@ -373,6 +440,9 @@ fn status_json(state: &State) -> String {
             .to_string()
     })
 }
+
+/// Status of a cell without an outcome yet.
+const PENDING_STATUS: &str = r#"{"state":"pending"}"#;
 
 thread_local! {
     /// The cell's QuickJS heap limit in bytes (`usize::MAX` = none), kept
@@ -448,18 +518,8 @@ impl Guest for Component {
         with_state(|state| {
             let results: Vec<Settlement> = serde_json::from_str(&results_json).unwrap_or_default();
             state.runtime.context().with(|ctx| {
-                let Ok(settle_one) = state.settle_one.clone().restore(&ctx) else {
-                    return;
-                };
-                for r in results {
-                    let payload = if r.ok { r.value } else { r.error };
-                    let json = payload.map_or_else(|| "null".to_string(), |v| v.get().to_string());
-                    if settle_one
-                        .call::<_, Value>((r.id as f64, r.ok, json))
-                        .is_err()
-                    {
-                        let _ = ctx.catch();
-                    }
+                for settlement in &results {
+                    settle_one(&ctx, state, settlement);
                 }
             });
             drain_jobs(state);

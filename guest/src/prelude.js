@@ -394,24 +394,20 @@
   const ErrorCtor = Error;
   const TypeErrorCtor = TypeError;
   const RangeErrorCtor = RangeError;
-  const pending = new MapCtor(); // request id -> { resolve, reject }
+  const lastRequestId = native.lastRequestId;
+  const isPendingNative = native.isPending;
 
   function hostRequest(method, args) {
-    return hostRequestRaw(method, stringify(args));
+    return requestNative(method, stringify(args));
   }
 
-  // `{ promise, resolve, reject }` in one native call: cheaper than an
-  // executor closure plus a resolvers object.
-  const promiseWithResolvers = uncurry(Promise.withResolvers);
-
-  function hostRequestRaw(method, argsJson) {
-    const id = requestNative(method, argsJson);
-    const waiter = promiseWithResolvers(PromiseCtor);
-    mapSet(pending, id, waiter);
-    return waiter.promise;
-  }
+  // `native.request` queues the request with the host and returns its
+  // promise; the Rust side keeps the resolving functions and settles them
+  // (see `settle` in lib.rs), so a round trip runs no prelude code.
+  const hostRequestRaw = requestNative;
 
   function bridgeError(error) {
+    if (error === null || typeof error !== "object") error = {};
     const message = typeof error.message === "string" ? error.message : "tool failed";
     // Session-store limits and key rules surface as the standard classes.
     const Ctor =
@@ -608,11 +604,10 @@
     let ms = +delay;
     if (ms !== ms) ms = 0;
     ms = ms > 0 ? MathFloor(ms) : 0;
-    const id = requestNative("sleep", '{"ms":' + ms + "}");
-    const waiter = promiseWithResolvers(PromiseCtor);
-    mapSet(pending, id, waiter);
+    const promise = requestNative("sleep", '{"ms":' + ms + "}");
+    const id = lastRequestId();
     promiseThen(
-      waiter.promise,
+      promise,
       () => {
         if (mapHas(cleared, id)) {
           mapDelete(cleared, id);
@@ -626,7 +621,7 @@
   }
 
   function clearTimeoutImpl(id) {
-    if (typeof id === "number" && mapHas(pending, id) && !mapHas(cleared, id)) {
+    if (typeof id === "number" && isPendingNative(id) && !mapHas(cleared, id)) {
       mapSet(cleared, id, true);
       cancelNative(id);
     }
@@ -768,8 +763,18 @@
 
   let outcome = null; // { state: "completed", value } | { state: "failed", error }
 
+  // The outcome is set once; the Rust side learns of it through
+  // `native.finished` and calls `status` only from then on.
+  const finishedNative = native.finished;
+  function finish(o) {
+    if (outcome === null) {
+      outcome = o;
+      finishedNative();
+    }
+  }
+
   function fail(error) {
-    if (outcome === null) outcome = { state: "failed", error };
+    finish({ state: "failed", error });
   }
 
   const runner = {
@@ -786,7 +791,7 @@
       promiseThen(
         promise,
         (value) => {
-          if (outcome === null) outcome = { state: "completed", value };
+          finish({ state: "completed", value });
         },
         fail,
       );
@@ -797,16 +802,9 @@
     jobError(error) {
       fail(error);
     },
-    // One settlement; the Rust side splits the batch (serde is far cheaper
-    // than QuickJS's JSON.parse) and passes each value as JSON text.
-    settleOne(id, ok, json) {
-      const waiter = mapGet(pending, id);
-      if (waiter === undefined) return;
-      mapDelete(pending, id);
-      const value = json === "null" ? null : JSONParse(json);
-      if (ok) waiter.resolve(value);
-      else waiter.reject(bridgeError(value));
-    },
+    // The error a failed bridge request rejects with, from the host's
+    // `{message, code}` (called by the Rust side of `settle`).
+    bridgeError,
     status() {
       // Constant text: JSON.stringify costs ~25k fuel even for tiny objects.
       if (outcome === null) return '{"state":"pending"}';

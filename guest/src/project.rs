@@ -230,7 +230,10 @@ impl<'a, 'js> Projector<'a, 'js> {
             // SAFETY: `current` is a live non-proxy object of this context;
             // the result is a new reference, owned by the `Value` below.
             let next = unsafe {
-                Value::from_raw(self.ctx.clone(), qjs::JS_GetPrototype(self.raw_ctx(), current.as_raw()))
+                Value::from_raw(
+                    self.ctx.clone(),
+                    qjs::JS_GetPrototype(self.raw_ctx(), current.as_raw()),
+                )
             };
             if next.is_exception() {
                 let _ = self.ctx.catch();
@@ -344,11 +347,12 @@ impl<'a, 'js> Projector<'a, 'js> {
                         let index = is_array_index(&key_json);
                         // Only an Error's leading name and message can be
                         // met again; other keys are unique.
-                        let existing = if is_error && (key_json == "\"name\"" || key_json == "\"message\"") {
-                            entries.iter_mut().find(|e| e.0 == key_json)
-                        } else {
-                            None
-                        };
+                        let existing =
+                            if is_error && (key_json == "\"name\"" || key_json == "\"message\"") {
+                                entries.iter_mut().find(|e| e.0 == key_json)
+                            } else {
+                                None
+                            };
                         match existing {
                             Some(e) => e.1 = value_json,
                             None => entries.push((key_json, value_json, index)),
@@ -462,7 +466,9 @@ impl<'a, 'js> Projector<'a, 'js> {
         let result = (|| -> Result<Result<Option<Value<'js>>, Thrown>, ProxyOnChain> {
             let mut current = Some(v.clone());
             for _ in 0..MAX_PROTO_CHAIN {
-                let Some(o) = current else { return Ok(Ok(None)) };
+                let Some(o) = current else {
+                    return Ok(Ok(None));
+                };
                 if o.is_proxy() {
                     // Its trap is the prelude's to run.
                     return Err(ProxyOnChain::Yes);
