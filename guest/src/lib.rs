@@ -131,12 +131,40 @@ fn request_native<'js>(
     method: String,
     args: String,
 ) -> javy::quickjs::Result<Promise<'js>> {
-    let id = host::request(&method, &args);
+    request(&ctx, &method, &args)
+}
+
+/// `native.callTool(prefix, input)`: a tool handle's call. The input is
+/// projected straight into the request's arguments (`prefix` is the
+/// handle's `{"callable":…,"input":`); `undefined` when the prelude must
+/// project the input itself (functions, proxies, typed arrays).
+fn call_tool_native<'js>(
+    ctx: Ctx<'js>,
+    prefix: String,
+    input: Value<'js>,
+) -> javy::quickjs::Result<Value<'js>> {
+    let mut args = prefix;
+    if input.is_undefined() {
+        args.push_str("null");
+    } else {
+        match project::project_json(&ctx, &input) {
+            project::Projected::Text(text) => args.push_str(&text),
+            project::Projected::Undefined => args.push_str("null"),
+            project::Projected::Fallback => return Ok(Value::new_undefined(ctx)),
+        }
+    }
+    args.push('}');
+    Ok(request(&ctx, "callValue", &args)?.into_value())
+}
+
+/// Queues a bridge request and returns its pending promise.
+fn request<'js>(ctx: &Ctx<'js>, method: &str, args: &str) -> javy::quickjs::Result<Promise<'js>> {
+    let id = host::request(method, args);
     LAST_REQUEST_ID.set(id);
-    let (promise, resolve, reject) = Promise::new(&ctx)?;
+    let (promise, resolve, reject) = Promise::new(ctx)?;
     let waiter = [
-        Persistent::save(&ctx, resolve),
-        Persistent::save(&ctx, reject),
+        Persistent::save(ctx, resolve),
+        Persistent::save(ctx, reject),
     ];
     WAITERS.with(|w| w.borrow_mut().insert(id, waiter));
     Ok(promise)
@@ -221,6 +249,9 @@ fn build_state() -> anyhow_like::Result<State> {
             .map_err(|e| e.to_string())?;
         native
             .set("request", Func::from(request_native))
+            .map_err(|e| e.to_string())?;
+        native
+            .set("callTool", Func::from(call_tool_native))
             .map_err(|e| e.to_string())?;
         native
             .set("lastRequestId", Func::from(|| LAST_REQUEST_ID.get() as f64))

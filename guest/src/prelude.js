@@ -395,6 +395,7 @@
   const TypeErrorCtor = TypeError;
   const RangeErrorCtor = RangeError;
   const lastRequestId = native.lastRequestId;
+  const callToolNative = native.callTool;
   const isPendingNative = native.isPending;
 
   function hostRequest(method, args) {
@@ -474,6 +475,8 @@
     // A plain function returning the request's promise: an async wrapper
     // would add a second promise and two extra job-queue turns per call.
     const handle = function (input) {
+      const promise = callToolNative(prefix, input);
+      if (promise !== undefined) return promise;
       let args;
       try {
         args = input === undefined ? "null" : projectedJson(input);

@@ -568,3 +568,44 @@ async fn api_read_serves_declaration_files() {
     );
     assert_eq!(v["type"], "function");
 }
+
+/// Returns its input as it arrived.
+struct Echo;
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        "echo"
+    }
+    fn description(&self) -> &str {
+        "Returns its input"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(&self, args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        Ok(args)
+    }
+}
+
+#[tokio::test]
+async fn tool_inputs_are_sent_as_their_safe_projection() {
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(Echo)).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    // Plain data takes the Rust projection; functions, proxies and typed
+    // arrays make the prelude project the input. Either way the tool gets
+    // what the cell's own result shows for the same value.
+    for input in [
+        "{ n: 1, s: 'é\\u{1F600}', list: [1, 'x', null, undefined], nested: { d: new Date(0) } }",
+        "{ bytes: new Uint8Array([1, 2]), n: 2 }",
+        "{ p: new Proxy({ a: 1 }, {}), n: 3 }",
+        "{ f() {}, handle: echo, n: 4 }",
+    ] {
+        let code = format!("const input = {input}; const got = await echo(input); return {{ got, direct: input }};");
+        let r = rt.exec(ExecInput::new("echo", code.as_str())).await;
+        let v = value(&r);
+        assert_eq!(v["got"], v["direct"], "{input}: {v}");
+        assert!(v["got"]["n"].is_number(), "{input}: {v}");
+    }
+}
