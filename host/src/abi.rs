@@ -106,6 +106,9 @@ pub(crate) struct CellState {
     pub fault: Option<String>,
     /// Added to [`process_nanos`] to give the guest's monotonic clock.
     pub clock_offset_ns: u64,
+    /// The instance's memory, kept here so the host functions do not look
+    /// the export up by name on every call (set by [`GuestExports::new`]).
+    memory: Option<Memory>,
 }
 
 /// Builds the guest's WASI context: no preopens, no environment, no
@@ -142,6 +145,7 @@ impl CellState {
             last_request_id: 0,
             cancels: Vec::new(),
             fault: None,
+            memory: None,
         }
     }
 
@@ -175,6 +179,9 @@ impl ResourceLimiter for CellState {
 }
 
 fn guest_memory(caller: &mut Caller<'_, CellState>) -> Option<Memory> {
+    if let Some(memory) = caller.data().memory {
+        return Some(memory);
+    }
     match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Some(m),
         _ => None,
@@ -312,6 +319,7 @@ impl GuestExports {
         let memory = instance
             .get_memory(&mut *store, "memory")
             .ok_or_else(|| anyhow!("guest exports no memory"))?;
+        store.data_mut().memory = Some(memory);
         let func = |store: &mut Store<CellState>, name: &str| {
             instance
                 .get_func(&mut *store, name)
