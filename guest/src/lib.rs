@@ -545,7 +545,7 @@ impl Guest for Component {
         })
     }
 
-    fn settle(results_json: String) -> String {
+    fn settle(results_json: String) -> bool {
         with_state(|state| {
             let results: Vec<Settlement> = serde_json::from_str(&results_json).unwrap_or_default();
             state.runtime.context().with(|ctx| {
@@ -554,7 +554,7 @@ impl Guest for Component {
                 }
             });
             drain_jobs(state);
-            status_json(state)
+            FINISHED.get()
         })
     }
 

@@ -27,6 +27,9 @@ pub(crate) const HOST_MODULE: &str = "quickcell:bridge/host@0.1.0";
 /// Export name prefix of the cell interface.
 pub(crate) const CELL_PREFIX: &str = "quickcell:bridge/cell@0.1.0#";
 
+/// The status JSON of a cell without an outcome yet (the guest's text).
+pub(crate) const PENDING_STATUS: &str = r#"{"state":"pending"}"#;
+
 /// Largest bridge-request method name the host reads, in bytes.
 pub(crate) const MAX_METHOD_BYTES: usize = 64;
 /// Largest JSON argument of one bridge request the host reads, in bytes.
@@ -309,7 +312,6 @@ pub(crate) struct GuestExports {
     start: TypedFunc<(u32, u32, u32, u32), u32>,
     post_start: TypedFunc<u32, ()>,
     settle: TypedFunc<(u32, u32), u32>,
-    post_settle: TypedFunc<u32, ()>,
     status: TypedFunc<(), u32>,
     post_status: TypedFunc<u32, ()>,
 }
@@ -335,9 +337,6 @@ impl GuestExports {
             .typed(&*store)
             .map_err(|e| anyhow!("{e}"))?;
         let settle = func(store, &format!("{CELL_PREFIX}settle"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let post_settle = func(store, &format!("cabi_post_{CELL_PREFIX}settle"))?
             .typed(&*store)
             .map_err(|e| anyhow!("{e}"))?;
         let checkpoint = func(store, &format!("{CELL_PREFIX}checkpoint"))?
@@ -366,7 +365,6 @@ impl GuestExports {
             start,
             post_start,
             settle,
-            post_settle,
         })
     }
 
@@ -440,17 +438,19 @@ impl GuestExports {
         self.resume.call_async(&mut *store, random_seed).await
     }
 
-    /// Calls `cell.settle(results-json)` and returns the status JSON.
+    /// Calls `cell.settle(results-json)` and returns the status JSON: the
+    /// pending status without another call while the cell has no outcome.
     pub(crate) async fn settle(
         &self,
         store: &mut Store<CellState>,
         results_json: &str,
     ) -> wasmtime::Result<String> {
         let (rp, rl) = self.pass_string(store, results_json).await?;
-        let ret = self.settle.call_async(&mut *store, (rp, rl)).await?;
-        let status = self.read_returned_string(store, ret)?;
-        self.post_settle.call_async(&mut *store, ret).await?;
-        Ok(status)
+        let finished = self.settle.call_async(&mut *store, (rp, rl)).await?;
+        if finished == 0 {
+            return Ok(PENDING_STATUS.to_string());
+        }
+        self.status(store).await
     }
 }
 

@@ -934,7 +934,7 @@ fn rand_seed() -> u64 {
 /// still pending.
 fn ending_from_status(json: &str) -> Option<Ending> {
     // The guest's constant text while the cell has no outcome (most calls).
-    if json == r#"{"state":"pending"}"# {
+    if json == crate::abi::PENDING_STATUS {
         return None;
     }
     let status: GuestStatus = match serde_json::from_str(json) {
