@@ -253,6 +253,14 @@ pub(crate) fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Arguments of a `callValue` request.
+#[derive(serde::Deserialize)]
+struct CallValueArgs {
+    callable: String,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
 fn ok(id: u64, value: Value) -> Value {
     json!({ "id": id, "ok": true, "value": value })
 }
@@ -559,6 +567,9 @@ impl Bridge {
             ));
             return true;
         }
+        if request.method == "callValue" {
+            return self.start_call(id, &request.args_json);
+        }
         let args: Value = match serde_json::from_str(&request.args_json) {
             Ok(v) => v,
             Err(e) => {
@@ -649,91 +660,6 @@ impl Bridge {
                 });
                 true
             }
-            "callValue" => {
-                let callable = args["callable"].as_str().unwrap_or("");
-                let input = args.get("input");
-                let prepared =
-                    match tools
-                        .catalog
-                        .guest_prepare_call(&tools.projection, callable, input)
-                    {
-                        Ok(p) => p,
-                        Err(e) => {
-                            self.ready.push(catalog_err(id, e));
-                            return true;
-                        }
-                    };
-                if prepared.source == SourceKind::Mcp && self.restart_safe {
-                    self.ready
-                        .push(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
-                    return true;
-                }
-                let tool = tools.implementation(&prepared);
-                let Some(tool) = tool else {
-                    self.ready.push(err(
-                        id,
-                        format!("Unknown catalog function: {callable}."),
-                        "invalid_input",
-                    ));
-                    return true;
-                };
-                // The catalog's mark: only trusted host tools carry it.
-                let replay_safe = prepared.replay_safe;
-                if self.restart_safe && !replay_safe {
-                    self.ready
-                        .push(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
-                    return true;
-                }
-                let token = CancellationToken::new();
-                let catalog = tools.catalog.clone();
-                let call_token = token.clone();
-                let call = async move {
-                    let name = prepared.display_name.clone();
-                    match tool.call(prepared.arguments, call_token).await {
-                        Ok(value) => match catalog.check_output(&prepared.id, &name, &value) {
-                            Ok(()) => ok(id, value),
-                            Err(e) => catalog_err(id, e),
-                        },
-                        Err(e) => {
-                            let code = match e.code {
-                                ToolErrorCode::InvalidInput => "invalid_input",
-                                _ => "tool_error",
-                            };
-                            err(id, e.message, code)
-                        }
-                    }
-                };
-                // A tool that answers without waiting (a lookup, a no-op,
-                // anything done in its first poll) settles here, without a
-                // task; the guest gets it with this batch.
-                let mut call: Pin<Box<dyn Future<Output = Value> + Send>> = Box::pin(call);
-                let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    call.as_mut()
-                        .poll(&mut Context::from_waker(std::task::Waker::noop()))
-                }));
-                match first_poll {
-                    Ok(Poll::Ready(settlement)) => {
-                        let settlement = self.fit_inbox(settlement, "callValue");
-                        self.ready.push(settlement);
-                        return replay_safe;
-                    }
-                    Ok(Poll::Pending) => {}
-                    Err(_) => {
-                        self.ready.push(tool_panicked(id));
-                        return replay_safe;
-                    }
-                }
-                self.tokens.insert(id, token);
-                // The inner task isolates a panicking tool: its settlement
-                // becomes a tool error and the host keeps serving.
-                self.in_flight.spawn(async move {
-                    match tokio::spawn(call).await {
-                        Ok(settlement) => settlement,
-                        Err(_) => tool_panicked(id),
-                    }
-                });
-                replay_safe
-            }
             other => {
                 self.ready.push(err(
                     id,
@@ -743,6 +669,103 @@ impl Bridge {
                 true
             }
         }
+    }
+
+    /// Starts a tool call (`callValue`); returns whether it is replay-safe.
+    fn start_call(&mut self, id: u64, args_json: &str) -> bool {
+        let tools = &self.tools;
+        let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
+            Ok(args) => args,
+            Err(e) => {
+                self.ready.push(err(
+                    id,
+                    format!("malformed bridge request: {e}"),
+                    "invalid_input",
+                ));
+                return true;
+            }
+        };
+        let callable = callable.as_str();
+        let prepared = match tools
+            .catalog
+            .guest_prepare_call(&tools.projection, callable, input)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                self.ready.push(catalog_err(id, e));
+                return true;
+            }
+        };
+        if prepared.source == SourceKind::Mcp && self.restart_safe {
+            self.ready
+                .push(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
+            return true;
+        }
+        let tool = tools.implementation(&prepared);
+        let Some(tool) = tool else {
+            self.ready.push(err(
+                id,
+                format!("Unknown catalog function: {callable}."),
+                "invalid_input",
+            ));
+            return true;
+        };
+        // The catalog's mark: only trusted host tools carry it.
+        let replay_safe = prepared.replay_safe;
+        if self.restart_safe && !replay_safe {
+            self.ready
+                .push(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
+            return true;
+        }
+        let token = CancellationToken::new();
+        let catalog = tools.catalog.clone();
+        let call_token = token.clone();
+        let call = async move {
+            let name = prepared.display_name.clone();
+            match tool.call(prepared.arguments, call_token).await {
+                Ok(value) => match catalog.check_output(&prepared.id, &name, &value) {
+                    Ok(()) => ok(id, value),
+                    Err(e) => catalog_err(id, e),
+                },
+                Err(e) => {
+                    let code = match e.code {
+                        ToolErrorCode::InvalidInput => "invalid_input",
+                        _ => "tool_error",
+                    };
+                    err(id, e.message, code)
+                }
+            }
+        };
+        // A tool that answers without waiting (a lookup, a no-op,
+        // anything done in its first poll) settles here, without a
+        // task; the guest gets it with this batch.
+        let mut call: Pin<Box<dyn Future<Output = Value> + Send>> = Box::pin(call);
+        let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            call.as_mut()
+                .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        }));
+        match first_poll {
+            Ok(Poll::Ready(settlement)) => {
+                let settlement = self.fit_inbox(settlement, "callValue");
+                self.ready.push(settlement);
+                return replay_safe;
+            }
+            Ok(Poll::Pending) => {}
+            Err(_) => {
+                self.ready.push(tool_panicked(id));
+                return replay_safe;
+            }
+        }
+        self.tokens.insert(id, token);
+        // The inner task isolates a panicking tool: its settlement
+        // becomes a tool error and the host keeps serving.
+        self.in_flight.spawn(async move {
+            match tokio::spawn(call).await {
+                Ok(settlement) => settlement,
+                Err(_) => tool_panicked(id),
+            }
+        });
+        replay_safe
     }
 
     /// The session the cell's `store` / `load` reach, or the error a

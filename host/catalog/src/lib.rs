@@ -27,7 +27,7 @@
 //! assert_eq!(projection.mcp_bindings()[0].callable_name, "MCP.linear.listIssues");
 //!
 //! // Call-time validation names the callable and shows the expected input.
-//! let err = catalog.guest_prepare_call(&projection, "web_search", Some(&json!({"qurey": "x"})))
+//! let err = catalog.guest_prepare_call(&projection, "web_search", Some(json!({"qurey": "x"})))
 //!     .unwrap_err();
 //! assert_eq!(err.code(), Some("input_contract"));
 //! assert!(err.message.ends_with("Did you mean: query? Expected input: { query: string }."));

@@ -490,12 +490,12 @@ impl Catalog {
         &self,
         projection: &Projection,
         callable_name: &str,
-        input: Option<&Value>,
+        input: Option<Value>,
     ) -> Result<PreparedCall, CatalogError> {
         let e = self.guest_entry(projection, callable_name)?;
         let args = match input {
             None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(v) => v.clone(),
+            Some(v) => v,
         };
         e.validate_input(&args, callable_name)?;
         self.count_call();

@@ -531,7 +531,7 @@ fn counters_for_describe_call_and_batches() {
     c.describe("read_file").unwrap();
     c.guest_describe(&p, "web_search").unwrap();
     c.tool_call_prepare(&json!({"id": "read_file"})).unwrap();
-    c.guest_prepare_call(&p, "web_search", Some(&json!({})))
+    c.guest_prepare_call(&p, "web_search", Some(json!({})))
         .unwrap();
     c.guest_search(&p, "file", None);
     c.tool_search(&json!({"query": "web", "queries": [{"query": "file"}, {"query": "cron"}]}))
@@ -661,7 +661,7 @@ fn tool_call_repair_and_ambiguity() {
     // In Code Mode the callable name is used.
     let p = c.callable_projection();
     let e = c
-        .guest_prepare_call(&p, "send_message", Some(&json!({"to": 1, "text": "x"})))
+        .guest_prepare_call(&p, "send_message", Some(json!({"to": 1, "text": "x"})))
         .unwrap_err();
     assert!(e.message.starts_with(
         "Invalid arguments for tool \"send_message\": /to: expected string, got integer."
