@@ -609,3 +609,28 @@ async fn tool_inputs_are_sent_as_their_safe_projection() {
         assert!(v["got"]["n"].is_number(), "{input}: {v}");
     }
 }
+
+/// Fuel is deterministic, so the guest's share of a tool round trip is a
+/// regression gate: ~24.9k fuel per `await echo({})` (~43k before
+/// requests' promises moved to the Rust side of the guest).
+#[tokio::test]
+async fn a_tool_round_trip_stays_within_its_fuel_budget() {
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(Echo)).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let fuel = |code: &'static str| {
+        let rt = &rt;
+        async move {
+            let r = rt.exec(ExecInput::new("fuel", code)).await;
+            assert_eq!(r.status(), "completed", "{}", r.to_json());
+            r.telemetry().fuel_used
+        }
+    };
+    let one = fuel("await echo({}); return 1").await;
+    let hundred = fuel("for (let i = 0; i < 100; i++) await echo({}); return 1").await;
+    let per_round_trip = (hundred - one) / 99;
+    assert!(
+        (22_000..=28_000).contains(&per_round_trip),
+        "{per_round_trip} fuel per round trip"
+    );
+}
