@@ -635,3 +635,26 @@ async fn a_tool_round_trip_stays_within_its_fuel_budget() {
         "{per_round_trip} fuel per round trip"
     );
 }
+
+/// Resolving a request's promise with an object reads the object's `then`,
+/// so a cell's own code runs in the middle of a settlement. A getter on
+/// `Object.prototype.then` that starts another tool call there must work
+/// like any other call (the guest keeps no borrow across the resolve).
+#[tokio::test]
+async fn a_then_getter_that_calls_a_tool_during_settlement() {
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(Echo)).unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let code = "let inner; \
+        Object.defineProperty(Object.prototype, 'then', { configurable: true, get() { \
+          delete Object.prototype.then; inner = echo({ n: 2 }); return undefined; } }); \
+        const outer = await echo({ n: 1 }); \
+        return { outer: outer.n, inner: (await inner).n };";
+    let r = rt.exec(ExecInput::new("then", code)).await;
+    assert_eq!(
+        value(&r),
+        json!({"outer": 1, "inner": 2}),
+        "{}",
+        r.to_json()
+    );
+}
