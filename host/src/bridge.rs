@@ -186,7 +186,7 @@ pub(crate) struct BridgeState {
     /// Unsettled requests (queued, in flight or yields), by id.
     pub outstanding: BTreeMap<u64, Outstanding>,
     /// Settlements not delivered to the guest yet.
-    pub ready: Vec<Value>,
+    pub ready: Vec<Settlement>,
     /// Held `yield` requests.
     pub yields: Vec<u64>,
     pub dispatch_started: bool,
@@ -208,10 +208,10 @@ pub(crate) struct Bridge {
     tools: Arc<CellTools>,
     max_in_flight: usize,
     restart_safe: bool,
-    in_flight: JoinSet<Value>,
+    in_flight: JoinSet<Settlement>,
     tokens: HashMap<u64, CancellationToken>,
     queued: VecDeque<BridgeRequest>,
-    ready: Vec<Value>,
+    ready: Vec<Settlement>,
     yields: Vec<u64>,
     outstanding: BTreeMap<u64, Outstanding>,
     /// Largest settlement value delivered to the guest, in bytes of JSON.
@@ -261,15 +261,50 @@ struct CallValueArgs {
     input: Option<Value>,
 }
 
-fn ok(id: u64, value: Value) -> Value {
-    json!({ "id": id, "ok": true, "value": value })
+/// One settled bridge request, as the guest receives it in `cell.settle`:
+/// `{"id":N,"ok":true,"value":..}` or
+/// `{"id":N,"ok":false,"error":{"message":..,"code":..}}`. Typed, so that
+/// building, checking and writing one touches no map (one is made per tool
+/// round trip).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Settlement {
+    pub id: u64,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<SettlementError>,
 }
 
-fn err(id: u64, message: impl Into<String>, code: &str) -> Value {
-    json!({ "id": id, "ok": false, "error": { "message": message.into(), "code": code } })
+/// Why a bridge request failed; the guest makes it an `Error` with `code`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SettlementError {
+    pub message: String,
+    pub code: String,
 }
 
-fn tool_panicked(id: u64) -> Value {
+fn ok(id: u64, value: Value) -> Settlement {
+    Settlement {
+        id,
+        ok: true,
+        value: Some(value),
+        error: None,
+    }
+}
+
+fn err(id: u64, message: impl Into<String>, code: &str) -> Settlement {
+    Settlement {
+        id,
+        ok: false,
+        value: None,
+        error: Some(SettlementError {
+            message: message.into(),
+            code: code.to_string(),
+        }),
+    }
+}
+
+fn tool_panicked(id: u64) -> Settlement {
     err(
         id,
         "the tool failed unexpectedly (it panicked)",
@@ -277,7 +312,7 @@ fn tool_panicked(id: u64) -> Value {
     )
 }
 
-fn catalog_err(id: u64, e: CatalogError) -> Value {
+fn catalog_err(id: u64, e: CatalogError) -> Settlement {
     let code = e.code().unwrap_or("invalid_input");
     err(id, e.message, code)
 }
@@ -333,15 +368,15 @@ impl Bridge {
 
     /// Replaces a successful settlement whose value would overflow the
     /// reply inbox with an error.
-    fn fit_inbox(&self, settlement: Value, method: &str) -> Value {
-        if settlement["ok"] != Value::Bool(true) {
+    fn fit_inbox(&self, settlement: Settlement, method: &str) -> Settlement {
+        let Some(value) = settlement.value.as_ref().filter(|_| settlement.ok) else {
             return settlement;
-        }
-        let size = crate::output::json_len(&settlement["value"]);
+        };
+        let size = crate::output::json_len(value);
         if size <= self.reply_inbox_bytes {
             return settlement;
         }
-        let id = settlement["id"].as_u64().unwrap_or(0);
+        let id = settlement.id;
         let cap = self.reply_inbox_bytes;
         if method == "search" {
             err(
@@ -366,7 +401,7 @@ impl Bridge {
         max_in_flight: usize,
         restart_safe: bool,
         state: BridgeState,
-        recorded: Vec<Value>,
+        recorded: Vec<Settlement>,
     ) -> Self {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
@@ -375,10 +410,8 @@ impl Bridge {
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
         for settlement in recorded {
-            if let Some(id) = settlement["id"].as_u64() {
-                if outstanding.remove(&id).is_some() {
-                    bridge.ready.push(settlement);
-                }
+            if outstanding.remove(&settlement.id).is_some() {
+                bridge.ready.push(settlement);
             }
         }
         let now = unix_ms();
@@ -526,7 +559,7 @@ impl Bridge {
     }
 
     /// Settlements ready for the guest, taken.
-    pub(crate) fn take_ready(&mut self) -> Vec<Value> {
+    pub(crate) fn take_ready(&mut self) -> Vec<Settlement> {
         std::mem::take(&mut self.ready)
     }
 
@@ -739,7 +772,7 @@ impl Bridge {
         // A tool that answers without waiting (a lookup, a no-op,
         // anything done in its first poll) settles here, without a
         // task; the guest gets it with this batch.
-        let mut call: Pin<Box<dyn Future<Output = Value> + Send>> = Box::pin(call);
+        let mut call: Pin<Box<dyn Future<Output = Settlement> + Send>> = Box::pin(call);
         let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             call.as_mut()
                 .poll(&mut Context::from_waker(std::task::Waker::noop()))
@@ -785,7 +818,7 @@ impl Bridge {
     }
 
     /// `resultSave {value}`, `resultLoad {id}`, `resultDelete {id}`.
-    fn saved_results(&mut self, id: u64, method: &str, args: &Value) -> Value {
+    fn saved_results(&mut self, id: u64, method: &str, args: &Value) -> Settlement {
         let session = match self.session_for("results") {
             Ok(s) => s,
             Err(message) => return err(id, message, "invalid_input"),
@@ -834,7 +867,7 @@ impl Bridge {
     }
 
     /// `storeSet {key, value | delete}` and `storeGet {key}`.
-    fn session_store(&mut self, id: u64, method: &str, args: &Value) -> Value {
+    fn session_store(&mut self, id: u64, method: &str, args: &Value) -> Settlement {
         let session = match self.session_for("the session store") {
             Ok(s) => s,
             Err(message) => return err(id, message, "invalid_input"),
@@ -927,7 +960,10 @@ impl Bridge {
     /// first request to settle, whichever comes first. `None` when the
     /// deadline passes first.
     /// Without a deadline it waits as long as requests run.
-    pub(crate) async fn next_batch(&mut self, deadline: Option<Instant>) -> Option<Vec<Value>> {
+    pub(crate) async fn next_batch(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Option<Vec<Settlement>> {
         if self.ready.is_empty() && !self.in_flight.is_empty() {
             let sleep = async {
                 match deadline {
@@ -954,7 +990,7 @@ impl Bridge {
     /// Waits until a running request settles; returns the settlements that
     /// became ready meanwhile (they also stay ready for the guest). `None`
     /// when nothing runs.
-    pub(crate) async fn next_settlements(&mut self) -> Option<Vec<Value>> {
+    pub(crate) async fn next_settlements(&mut self) -> Option<Vec<Settlement>> {
         let before = self.ready.len();
         let joined = self.in_flight.join_next().await?;
         self.settled(joined);
@@ -962,15 +998,14 @@ impl Bridge {
         Some(self.ready[before..].to_vec())
     }
 
-    fn settled(&mut self, result: Result<Value, tokio::task::JoinError>) {
+    fn settled(&mut self, result: Result<Settlement, tokio::task::JoinError>) {
         match result {
             Ok(settlement) => {
                 let mut settlement = settlement;
-                if let Some(id) = settlement["id"].as_u64() {
-                    self.tokens.remove(&id);
-                    if let Some(request) = self.outstanding.remove(&id) {
-                        settlement = self.fit_inbox(settlement, &request.method);
-                    }
+                let id = settlement.id;
+                self.tokens.remove(&id);
+                if let Some(request) = self.outstanding.remove(&id) {
+                    settlement = self.fit_inbox(settlement, &request.method);
                 }
                 self.ready.push(settlement);
             }

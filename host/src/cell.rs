@@ -435,7 +435,10 @@ async fn restore(
         exports.status(&mut store).await
     } else {
         exports
-            .settle(&mut store, &Value::Array(batch).to_string())
+            .settle(
+                &mut store,
+                &serde_json::to_string(&batch).unwrap_or_default(),
+            )
             .await
     };
     let cell = LiveCell {
@@ -568,7 +571,7 @@ impl LiveCell {
             match batch {
                 Some(batch) if batch.is_empty() => status = Ok(json),
                 Some(batch) => {
-                    let results = Value::Array(batch).to_string();
+                    let results = serde_json::to_string(&batch).unwrap_or_default();
                     status = self.exports.settle(&mut self.store, &results).await;
                 }
                 None => return self.park(env).await,

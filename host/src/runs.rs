@@ -133,8 +133,8 @@ impl RunRegistry {
                     settled = bridge.next_settlements() => {
                         let Some(settled) = settled else { return Some(bridge) };
                         for s in settled {
-                            let Some(request_id) = s["id"].as_u64() else { continue };
-                            if let Err(e) = store.record_settlement(&id, generation, request_id, &s.to_string()) {
+                            let json = serde_json::to_string(&s).unwrap_or_default();
+                            if let Err(e) = store.record_settlement(&id, generation, s.id, &json) {
                                 tracing::warn!(run_id = %id, error = %e, "cannot record a settlement");
                             }
                         }
