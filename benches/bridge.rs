@@ -4,7 +4,9 @@
 //!   host → guest → host plus a cell;
 //! - `bridge_100_sequential`: 100 awaited calls in one cell; the per-call
 //!   round trip is (this − `bridge_1_call`) / 99;
-//! - `bridge_promise_all_100`: 100 calls awaited together.
+//! - `bridge_promise_all_100`: 100 calls awaited together;
+//! - `bridge_round_trip`: one round trip host → guest → host, as the paired
+//!   difference (100 sequential − 1 call) / 99 within each iteration.
 //!
 //! - `mcp_1_call`, `mcp_10_sequential`: the same through a downstream MCP
 //!   server over stdio (`fixtures/mcp/server.py`, Python `mcp` SDK; skipped
@@ -18,6 +20,7 @@ use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
 use quickcell::{ExecInput, Runtime, ToolRegistry};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 struct Noop;
 
@@ -66,6 +69,25 @@ fn benches(c: &mut Criterion) {
             b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", code))))
         });
     }
+    // One round trip, measured as a paired difference: each iteration runs
+    // the 1-call and the 100-call cell back to back and counts
+    // (t100 - t1) / 99, so the cell's own cost cancels and both halves see
+    // the same machine state.
+    let (one, hundred) = (cells[0].1, cells[1].1);
+    c.bench_function("bridge_round_trip", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                rt.block_on(runtime.exec(ExecInput::new("bench", one)));
+                let t1 = t.elapsed();
+                let t = Instant::now();
+                rt.block_on(runtime.exec(ExecInput::new("bench", hundred)));
+                total += t.elapsed().saturating_sub(t1) / 99;
+            }
+            total
+        })
+    });
 }
 
 fn mcp_benches(c: &mut Criterion) {
