@@ -26,9 +26,18 @@ const MAX_PROJECTION_DEPTH: usize = 100;
 const MAX_PROTO_CHAIN: usize = 10_000;
 
 /// What the prelude captured at initialization, before user code ran.
+///
+/// The prototypes are kept as raw values: `_keep` holds their references, so
+/// they stay valid (and a snapshot of linear memory keeps them) without a
+/// reference taken per projection.
 struct Intrinsics {
-    date_proto: Persistent<Object<'static>>,
-    error_proto: Persistent<Object<'static>>,
+    _keep: Vec<Persistent<Object<'static>>>,
+    date_proto: qjs::JSValue,
+    error_proto: qjs::JSValue,
+    /// `Object.prototype` and `Array.prototype`: an object whose prototype
+    /// is one of them is neither a Date nor an Error, so the common case
+    /// skips both prototype-chain walks.
+    plain_protos: [qjs::JSValue; 2],
     date_to_iso_string: Persistent<Function<'static>>,
     unawaited: String,
 }
@@ -46,10 +55,27 @@ pub fn set_intrinsics<'js>(
     date_to_iso_string: Function<'js>,
     unawaited: String,
 ) {
+    // At initialization no user code has run, so these are the originals.
+    let object_proto = Object::new(ctx.clone())
+        .ok()
+        .and_then(|o| o.get_prototype());
+    let array_proto = javy::quickjs::Array::new(ctx.clone())
+        .ok()
+        .and_then(|a| a.as_object().get_prototype());
+    let (Some(object_proto), Some(array_proto)) = (object_proto, array_proto) else {
+        return;
+    };
+    let protos = [date_proto, error_proto, object_proto, array_proto];
+    let raw = protos.each_ref().map(|p| p.as_raw());
     INTRINSICS.with(|i| {
         *i.borrow_mut() = Some(Intrinsics {
-            date_proto: Persistent::save(ctx, date_proto),
-            error_proto: Persistent::save(ctx, error_proto),
+            _keep: protos
+                .into_iter()
+                .map(|p| Persistent::save(ctx, p))
+                .collect(),
+            date_proto: raw[0],
+            error_proto: raw[1],
+            plain_protos: [raw[2], raw[3]],
             date_to_iso_string: Persistent::save(ctx, date_to_iso_string),
             unawaited,
         })
@@ -73,18 +99,12 @@ pub fn project_json<'js>(ctx: &Ctx<'js>, value: &Value<'js>) -> Projected {
         let Some(intrinsics) = borrowed.as_ref() else {
             return Projected::Fallback;
         };
-        let (Ok(date_proto), Ok(error_proto), Ok(to_iso)) = (
-            intrinsics.date_proto.clone().restore(ctx),
-            intrinsics.error_proto.clone().restore(ctx),
-            intrinsics.date_to_iso_string.clone().restore(ctx),
-        ) else {
-            return Projected::Fallback;
-        };
         let mut p = Projector {
             ctx,
-            date_proto: date_proto.as_raw(),
-            error_proto: error_proto.as_raw(),
-            to_iso,
+            date_proto: intrinsics.date_proto,
+            error_proto: intrinsics.error_proto,
+            plain_protos: intrinsics.plain_protos,
+            to_iso: &intrinsics.date_to_iso_string,
             unawaited: &intrinsics.unawaited,
             stack: Vec::new(),
             out: String::new(),
@@ -116,7 +136,8 @@ struct Projector<'a, 'js> {
     ctx: &'a Ctx<'js>,
     date_proto: qjs::JSValue,
     error_proto: qjs::JSValue,
-    to_iso: Function<'js>,
+    plain_protos: [qjs::JSValue; 2],
+    to_iso: &'a Persistent<Function<'static>>,
     unawaited: &'a str,
     /// Objects on the current path (for cycles).
     stack: Vec<*mut c_void>,
@@ -253,15 +274,41 @@ impl<'a, 'js> Projector<'a, 'js> {
         Some(false)
     }
 
+    /// Whether `v`'s prototype is `Object.prototype` or `Array.prototype`.
+    fn has_plain_proto(&self, v: &Value<'js>) -> bool {
+        // SAFETY: `v` is a live non-proxy object of this context; the result
+        // is a new reference, owned by the `Value` below.
+        let proto = unsafe {
+            Value::from_raw(
+                self.ctx.clone(),
+                qjs::JS_GetPrototype(self.raw_ctx(), v.as_raw()),
+            )
+        };
+        if proto.is_exception() {
+            let _ = self.ctx.catch();
+            return false;
+        }
+        proto.is_object()
+            && self
+                .plain_protos
+                .iter()
+                .any(|p| ptr_of(*p) == ptr_of(proto.as_raw()))
+    }
+
     fn object_body(&mut self, v: &Value<'js>, depth: usize) -> Result<Step, Thrown> {
-        let Some(is_date) = self.has_proto(v, self.date_proto) else {
+        let plain = self.has_plain_proto(v);
+        let Some(is_date) = (if plain {
+            Some(false)
+        } else {
+            self.has_proto(v, self.date_proto)
+        }) else {
             return Ok(Step::Fallback);
         };
         if is_date {
-            match self
-                .to_iso
-                .call::<_, Value>((javy::quickjs::function::This(v.clone()),))
-            {
+            let Ok(to_iso) = self.to_iso.clone().restore(self.ctx) else {
+                return Ok(Step::Fallback);
+            };
+            match to_iso.call::<_, Value>((javy::quickjs::function::This(v.clone()),)) {
                 Ok(s) if s.is_string() => {
                     if write_string(self.ctx, &s, &mut self.out).is_none() {
                         return Ok(Step::Fallback);
@@ -277,7 +324,11 @@ impl<'a, 'js> Projector<'a, 'js> {
         if unsafe { qjs::JS_IsArray(v.as_raw()) } {
             return self.array(v, depth);
         }
-        let Some(is_error) = self.has_proto(v, self.error_proto) else {
+        let Some(is_error) = (if plain {
+            Some(false)
+        } else {
+            self.has_proto(v, self.error_proto)
+        }) else {
             return Ok(Step::Fallback);
         };
         // (key JSON, value JSON); an Error's name and message come first.
