@@ -142,7 +142,7 @@ pub(crate) fn write_string(ctx: &Ctx<'_>, value: &Value<'_>, out: &mut String) -
         let _ = ctx.catch();
         return None;
     }
-    let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len as usize) };
+    let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
     escape_wtf8(bytes, out);
     unsafe { qjs::JS_FreeCString(ctx.as_raw().as_ptr(), ptr) };
     Some(())
