@@ -158,10 +158,12 @@ fn call_tool_native<'js>(
 }
 
 /// Queues a bridge request and returns its pending promise.
+/// The promise comes first: a cell out of heap memory gets its error
+/// without the host having started anything.
 fn request<'js>(ctx: &Ctx<'js>, method: &str, args: &str) -> javy::quickjs::Result<Promise<'js>> {
+    let (promise, resolve, reject) = Promise::new(ctx)?;
     let id = host::request(method, args);
     LAST_REQUEST_ID.set(id);
-    let (promise, resolve, reject) = Promise::new(ctx)?;
     let waiter = [
         Persistent::save(ctx, resolve),
         Persistent::save(ctx, reject),
