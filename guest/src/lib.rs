@@ -71,6 +71,9 @@ thread_local! {
     /// Pending bridge requests by id. Like everything else, they live in
     /// linear memory, so a snapshot carries them.
     static WAITERS: RefCell<BTreeMap<u64, Waiter>> = const { RefCell::new(BTreeMap::new()) };
+    /// Argument prefixes of the cell's tool handles, by slot
+    /// (`native.registerCall`).
+    static CALL_PREFIXES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
     /// Id of the most recent bridge request (`native.lastRequestId`).
     static LAST_REQUEST_ID: Cell<u64> = const { Cell::new(0) };
     /// Set once the cell has an outcome (`native.finished`); until then the
@@ -134,16 +137,32 @@ fn request_native<'js>(
     request(&ctx, &method, &args)
 }
 
-/// `native.callTool(prefix, input)`: a tool handle's call. The input is
-/// projected straight into the request's arguments (`prefix` is the
-/// handle's `{"callable":…,"input":`); `undefined` when the prelude must
-/// project the input itself (functions, proxies, typed arrays).
+/// `native.registerCall(prefix)`: remembers a tool handle's argument
+/// prefix (`{"callable":…,"input":`) and returns its slot for `callTool`,
+/// so a call passes a number instead of converting the prefix text.
+fn register_call_native(prefix: String) -> f64 {
+    CALL_PREFIXES.with(|p| {
+        let mut p = p.borrow_mut();
+        p.push(prefix);
+        (p.len() - 1) as f64
+    })
+}
+
+/// `native.callTool(slot, input)`: a tool handle's call. The input is
+/// projected straight into the request's arguments, after the prefix
+/// registered as `slot`; `undefined` when the prelude must project the
+/// input itself (functions, proxies, typed arrays).
 fn call_tool_native<'js>(
     ctx: Ctx<'js>,
-    prefix: String,
+    slot: f64,
     input: Value<'js>,
 ) -> javy::quickjs::Result<Value<'js>> {
-    let mut args = prefix;
+    let Some(mut args) = CALL_PREFIXES.with(|p| p.borrow().get(slot as usize).cloned()) else {
+        return Err(javy::quickjs::Exception::throw_internal(
+            &ctx,
+            "unknown tool handle",
+        ));
+    };
     if input.is_undefined() {
         args.push_str("null");
     } else {
@@ -254,6 +273,9 @@ fn build_state() -> anyhow_like::Result<State> {
             .map_err(|e| e.to_string())?;
         native
             .set("callTool", Func::from(call_tool_native))
+            .map_err(|e| e.to_string())?;
+        native
+            .set("registerCall", Func::from(register_call_native))
             .map_err(|e| e.to_string())?;
         native
             .set("lastRequestId", Func::from(|| LAST_REQUEST_ID.get() as f64))
