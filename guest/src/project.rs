@@ -248,18 +248,7 @@ impl<'a, 'js> Projector<'a, 'js> {
         let target = ptr_of(proto);
         let mut current = v.clone();
         for _ in 0..MAX_PROTO_CHAIN {
-            // SAFETY: `current` is a live non-proxy object of this context;
-            // the result is a new reference, owned by the `Value` below.
-            let next = unsafe {
-                Value::from_raw(
-                    self.ctx.clone(),
-                    qjs::JS_GetPrototype(self.raw_ctx(), current.as_raw()),
-                )
-            };
-            if next.is_exception() {
-                let _ = self.ctx.catch();
-                return None;
-            }
+            let next = self.prototype_of(&current)?;
             if next.is_null() || !next.is_object() {
                 return Some(false);
             }
@@ -274,8 +263,9 @@ impl<'a, 'js> Projector<'a, 'js> {
         Some(false)
     }
 
-    /// Whether `v`'s prototype is `Object.prototype` or `Array.prototype`.
-    fn has_plain_proto(&self, v: &Value<'js>) -> bool {
+    /// `v`'s prototype; `None` (and no exception pending) when it cannot be
+    /// read.
+    fn prototype_of(&self, v: &Value<'js>) -> Option<Value<'js>> {
         // SAFETY: `v` is a live non-proxy object of this context; the result
         // is a new reference, owned by the `Value` below.
         let proto = unsafe {
@@ -286,8 +276,16 @@ impl<'a, 'js> Projector<'a, 'js> {
         };
         if proto.is_exception() {
             let _ = self.ctx.catch();
-            return false;
+            return None;
         }
+        Some(proto)
+    }
+
+    /// Whether `v`'s prototype is `Object.prototype` or `Array.prototype`.
+    fn has_plain_proto(&self, v: &Value<'js>) -> bool {
+        let Some(proto) = self.prototype_of(v) else {
+            return false;
+        };
         proto.is_object()
             && self
                 .plain_protos

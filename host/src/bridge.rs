@@ -304,6 +304,16 @@ fn err(id: u64, message: impl Into<String>, code: &str) -> Settlement {
     }
 }
 
+/// The settlement of a request whose arguments are not what its method
+/// takes.
+fn malformed(id: u64, e: serde_json::Error) -> Settlement {
+    err(
+        id,
+        format!("malformed bridge request: {e}"),
+        "invalid_input",
+    )
+}
+
 fn tool_panicked(id: u64) -> Settlement {
     err(
         id,
@@ -606,11 +616,7 @@ impl Bridge {
         let args: Value = match serde_json::from_str(&request.args_json) {
             Ok(v) => v,
             Err(e) => {
-                self.ready.push(err(
-                    id,
-                    format!("malformed bridge request: {e}"),
-                    "invalid_input",
-                ));
+                self.ready.push(malformed(id, e));
                 return true;
             }
         };
@@ -710,11 +716,7 @@ impl Bridge {
         let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
             Ok(args) => args,
             Err(e) => {
-                self.ready.push(err(
-                    id,
-                    format!("malformed bridge request: {e}"),
-                    "invalid_input",
-                ));
+                self.ready.push(malformed(id, e));
                 return true;
             }
         };
