@@ -71,9 +71,11 @@ thread_local! {
     /// Pending bridge requests by id. Like everything else, they live in
     /// linear memory, so a snapshot carries them.
     static WAITERS: RefCell<BTreeMap<u64, Waiter>> = const { RefCell::new(BTreeMap::new()) };
-    /// Argument prefixes of the cell's tool handles, by slot
-    /// (`native.registerCall`).
-    static CALL_PREFIXES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// Tool handles' argument prefixes as Rust text, keyed by the address
+    /// of the handle's JavaScript string, which the entry keeps alive (so
+    /// the address cannot be reused while it is a key).
+    static CALL_PREFIXES: RefCell<BTreeMap<usize, (Persistent<javy::quickjs::String<'static>>, String)>> =
+        const { RefCell::new(BTreeMap::new()) };
     /// Id of the most recent bridge request (`native.lastRequestId`).
     static LAST_REQUEST_ID: Cell<u64> = const { Cell::new(0) };
     /// Set once the cell has an outcome (`native.finished`); until then the
@@ -137,32 +139,16 @@ fn request_native<'js>(
     request(&ctx, &method, &args)
 }
 
-/// `native.registerCall(prefix)`: remembers a tool handle's argument
-/// prefix (`{"callable":…,"input":`) and returns its slot for `callTool`,
-/// so a call passes a number instead of converting the prefix text.
-fn register_call_native(prefix: String) -> f64 {
-    CALL_PREFIXES.with(|p| {
-        let mut p = p.borrow_mut();
-        p.push(prefix);
-        (p.len() - 1) as f64
-    })
-}
-
-/// `native.callTool(slot, input)`: a tool handle's call. The input is
-/// projected straight into the request's arguments, after the prefix
-/// registered as `slot`; `undefined` when the prelude must project the
-/// input itself (functions, proxies, typed arrays).
+/// `native.callTool(prefix, input)`: a tool handle's call. The input is
+/// projected straight into the request's arguments, after the handle's
+/// `prefix` (`{"callable":…,"input":`); `undefined` when the prelude must
+/// project the input itself (functions, proxies, typed arrays).
 fn call_tool_native<'js>(
     ctx: Ctx<'js>,
-    slot: f64,
+    prefix: javy::quickjs::String<'js>,
     input: Value<'js>,
 ) -> javy::quickjs::Result<Value<'js>> {
-    let Some(mut args) = CALL_PREFIXES.with(|p| p.borrow().get(slot as usize).cloned()) else {
-        return Err(javy::quickjs::Exception::throw_internal(
-            &ctx,
-            "unknown tool handle",
-        ));
-    };
+    let mut args = call_prefix(&ctx, prefix)?;
     if input.is_undefined() {
         args.push_str("null");
     } else {
@@ -174,6 +160,23 @@ fn call_tool_native<'js>(
     }
     args.push('}');
     Ok(request(&ctx, "callValue", &args)?.into_value())
+}
+
+/// A handle's argument prefix as Rust text: converted at the handle's first
+/// call, then looked up by address (a handle passes the same string each
+/// time), so a call converts no text and a cell start registers nothing.
+fn call_prefix<'js>(
+    ctx: &Ctx<'js>,
+    prefix: javy::quickjs::String<'js>,
+) -> javy::quickjs::Result<String> {
+    let key = unsafe { qjs::JS_VALUE_GET_PTR(prefix.as_raw()) } as usize;
+    if let Some(text) = CALL_PREFIXES.with(|p| p.borrow().get(&key).map(|(_, t)| t.clone())) {
+        return Ok(text);
+    }
+    let text = prefix.to_string()?;
+    let kept = Persistent::save(ctx, prefix);
+    CALL_PREFIXES.with(|p| p.borrow_mut().insert(key, (kept, text.clone())));
+    Ok(text)
 }
 
 /// Queues a bridge request and returns its pending promise.
@@ -273,9 +276,6 @@ fn build_state() -> anyhow_like::Result<State> {
             .map_err(|e| e.to_string())?;
         native
             .set("callTool", Func::from(call_tool_native))
-            .map_err(|e| e.to_string())?;
-        native
-            .set("registerCall", Func::from(register_call_native))
             .map_err(|e| e.to_string())?;
         native
             .set("lastRequestId", Func::from(|| LAST_REQUEST_ID.get() as f64))

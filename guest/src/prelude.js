@@ -396,7 +396,6 @@
   const RangeErrorCtor = RangeError;
   const lastRequestId = native.lastRequestId;
   const callToolNative = native.callTool;
-  const registerCallNative = native.registerCall;
   const isPendingNative = native.isPending;
 
   function hostRequest(method, args) {
@@ -473,11 +472,10 @@
   function makeHandle(callable) {
     if (mapHas(handlesByName, callable)) return mapGet(handlesByName, callable);
     const prefix = '{"callable":' + stringify(callable) + ',"input":';
-    const slot = registerCallNative(prefix);
     // A plain function returning the request's promise: an async wrapper
     // would add a second promise and two extra job-queue turns per call.
     const handle = function (input) {
-      const promise = callToolNative(slot, input);
+      const promise = callToolNative(prefix, input);
       if (promise !== undefined) return promise;
       let args;
       try {

@@ -611,9 +611,9 @@ async fn tool_inputs_are_sent_as_their_safe_projection() {
 }
 
 /// Fuel is deterministic, so the guest's share of a tool round trip is a
-/// regression gate: ~23.5k fuel per `await echo({})`. (A no-op tool's round
+/// regression gate: ~23.1k fuel per `await echo({})`. (A no-op tool's round
 /// trip took ~40.4k before requests' promises moved to the Rust side of the
-/// guest, ~20.8k now.)
+/// guest, ~21.3k now.)
 #[tokio::test]
 async fn a_tool_round_trip_stays_within_its_fuel_budget() {
     let mut registry = ToolRegistry::new();
