@@ -379,6 +379,10 @@
   // ---------------------------------------------------------------------
   // The bridge: requests to the host, settled later by `runner.settle`.
 
+  // `native.request(method, argsJson)` queues a request with the host and
+  // returns its promise; the Rust side keeps the resolving functions and
+  // settles them (see `settle` in lib.rs), so a round trip runs no prelude
+  // code.
   const requestNative = native.request;
   const cancelNative = native.cancel;
   const JSONParse = JSON.parse;
@@ -402,10 +406,6 @@
     return requestNative(method, stringify(args));
   }
 
-  // `native.request` queues the request with the host and returns its
-  // promise; the Rust side keeps the resolving functions and settles them
-  // (see `settle` in lib.rs), so a round trip runs no prelude code.
-  const hostRequestRaw = requestNative;
 
   function bridgeError(error) {
     if (error === null || typeof error !== "object") error = {};
@@ -483,7 +483,7 @@
       } catch (e) {
         return new PromiseCtor((_, reject) => reject(e));
       }
-      return hostRequestRaw("callValue", prefix + args + "}");
+      return requestNative("callValue", prefix + args + "}");
     };
     setPrototypeOf(handle, HandleProto);
     defineProperty(handle, "name", { value: callable });
@@ -551,7 +551,7 @@
       } catch (e) {
         return new PromiseCtor((_, reject) => reject(e));
       }
-      return hostRequestRaw("callValue", prefix + text + "}");
+      return requestNative("callValue", prefix + text + "}");
     };
   }
 
@@ -662,7 +662,7 @@
       value === undefined
         ? '{"key":' + stringify(key) + ',"delete":true}'
         : '{"key":' + stringify(key) + ',"value":' + projectedJson(value) + "}";
-    return promiseThen(hostRequestRaw("storeSet", args), () => undefined);
+    return promiseThen(requestNative("storeSet", args), () => undefined);
   }
 
   function load(key) {
@@ -674,7 +674,7 @@
   // Saved results (contract §8.9).
   const resultsObject = freeze({
     save(value) {
-      return hostRequestRaw("resultSave", '{"value":' + projectedJson(value) + "}");
+      return requestNative("resultSave", '{"value":' + projectedJson(value) + "}");
     },
     load(id) {
       return hostRequest("resultLoad", { id: StringCtor(id) });
