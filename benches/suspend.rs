@@ -81,6 +81,7 @@ fn benches(c: &mut Criterion) {
             assert_eq!(done.status(), "completed", "{}", done.to_json());
             let mut stats = last_suspend_stats();
             stats.checkpoint = parked_stats.checkpoint;
+            stats.collect = parked_stats.collect;
             stats.persist = parked_stats.persist;
             stats.snapshot_bytes = parked_stats.snapshot_bytes;
             stats.payload_bytes = parked_stats.payload_bytes;
@@ -90,8 +91,8 @@ fn benches(c: &mut Criterion) {
     for (name, code, samples) in [("one_tool", ONE_TOOL, 100), ("20mb", HEAVY, 10)] {
         let s = cycle(code);
         eprintln!(
-            "{name}: snapshot {} bytes compressed from {} bytes of changed pages, persist {:?}",
-            s.snapshot_bytes, s.payload_bytes, s.persist
+            "{name}: snapshot {} bytes compressed from {} bytes of changed pages; checkpoint {:?} of which GC {:?}; persist {:?}",
+            s.snapshot_bytes, s.payload_bytes, s.checkpoint, s.collect, s.persist
         );
         let mut group = c.benchmark_group(format!("suspend_{name}"));
         group.sample_size(samples);

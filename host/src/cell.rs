@@ -651,6 +651,10 @@ impl LiveCell {
             return self.end(env, ending);
         }
         let _ = self.store.set_fuel(fuel);
+        stats::COLLECT_NANOS.store(
+            checkpoint_started.elapsed().as_nanos() as u64,
+            Ordering::Relaxed,
+        );
         let telemetry = self.telemetry(env);
         let run_id = self.run_id.clone().unwrap_or_else(new_run_id);
         let output = std::mem::take(&mut self.store.data_mut().output);
@@ -814,6 +818,8 @@ pub(crate) mod stats {
     use std::sync::atomic::AtomicU64;
     /// GC, memory diff and compression of the latest checkpoint.
     pub static CHECKPOINT_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// The garbage collection part of `CHECKPOINT_NANOS`.
+    pub static COLLECT_NANOS: AtomicU64 = AtomicU64::new(0);
     /// Writing the latest parked run to the state store.
     pub static PERSIST_NANOS: AtomicU64 = AtomicU64::new(0);
     /// Size of the latest stored snapshot.

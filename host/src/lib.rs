@@ -95,6 +95,8 @@ pub mod testing {
     pub struct SuspendStats {
         /// Garbage collection, memory diff and compression.
         pub checkpoint: std::time::Duration,
+        /// The garbage collection part of `checkpoint`.
+        pub collect: std::time::Duration,
         /// Writing the parked run to the state store.
         pub persist: std::time::Duration,
         /// Compressed snapshot size in bytes.
@@ -112,6 +114,7 @@ pub mod testing {
         use std::time::Duration;
         SuspendStats {
             checkpoint: Duration::from_nanos(CHECKPOINT_NANOS.load(Relaxed)),
+            collect: Duration::from_nanos(COLLECT_NANOS.load(Relaxed)),
             persist: Duration::from_nanos(PERSIST_NANOS.load(Relaxed)),
             snapshot_bytes: SNAPSHOT_BYTES.load(Relaxed),
             payload_bytes: PAYLOAD_BYTES.load(Relaxed),
