@@ -25,6 +25,7 @@ use javy::quickjs::{
 };
 use javy::{Config, Runtime};
 
+mod alloc;
 mod plain_json;
 mod project;
 use serde::Deserialize;

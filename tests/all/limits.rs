@@ -75,6 +75,53 @@ async fn memory_obeyed() {
     assert_eq!(value(&r), json!(50));
 }
 
+/// Freed blocks are reused: a cell that allocates five times its memory
+/// limit in short-lived objects and strings of many sizes completes, and
+/// every block keeps its contents while it lives.
+#[tokio::test]
+async fn memory_churned_far_beyond_the_limit_is_reused() {
+    let r = run_with(
+        Limits::default().with_memory_limit_bytes(8 * MIB),
+        r#"let sum = 0;
+           for (let round = 0; round < 40; round++) {
+             const batch = [];
+             for (let i = 0; i < 2000; i++) {
+               const n = (i * 37 + round) % 700;
+               batch.push({ i, s: 'y'.repeat(n) + i, t: [i, n] });
+             }
+             for (const o of batch) sum += o.s.length + o.t[1] - o.i;
+           }
+           return sum;"#,
+    )
+    .await;
+    let mut expected: i64 = 0;
+    for round in 0..40 {
+        for i in 0..2000i64 {
+            let n = (i * 37 + round) % 700;
+            expected += n + i.to_string().len() as i64 + n - i;
+        }
+    }
+    assert_eq!(value(&r), json!(expected));
+}
+
+/// Blocks on both sides of the allocator's small/large boundary (512
+/// bytes), grown in place and moved, keep their contents.
+#[tokio::test]
+async fn blocks_of_every_size_keep_their_contents() {
+    let r = run(r#"const strings = [];
+        for (let n = 1; n <= 3000; n += 7) strings.push(String.fromCharCode(65 + n % 26).repeat(n));
+        const grown = [];
+        for (let i = 0; i < 20000; i++) grown.push(i * 3);
+        const floats = [];
+        for (let n = 1; n <= 600; n += 13) floats.push(new Float64Array(n).map((_, k) => k / 2));
+        const okStrings = strings.every((s, j) => s.length === 1 + j * 7 && s[s.length - 1] === String.fromCharCode(65 + s.length % 26));
+        const okGrown = grown.every((v, i) => v === i * 3);
+        const okFloats = floats.every(f => f.every((v, k) => v === k / 2));
+        return [okStrings, okGrown, okFloats, strings.length, floats.length];"#)
+    .await;
+    assert_eq!(value(&r), json!([true, true, true, 429, 47]));
+}
+
 #[tokio::test]
 async fn memory_violated_uncaught() {
     let r = run_with(

@@ -1,0 +1,295 @@
+//! The guest's `malloc` family: size classes in front of dlmalloc.
+//!
+//! QuickJS allocates and frees small blocks at a furious rate (an object,
+//! its property array, a string: three blocks for `{s: "x" + i}`), and
+//! under wasi-libc's dlmalloc the allocator was about a fifth of all guest
+//! time. These definitions replace wasi-libc's (every symbol its
+//! `dlmalloc.o` exports is defined here, so the linker never pulls it in)
+//! for QuickJS, Rust and libc alike:
+//!
+//! - **Small blocks** (up to [`SMALL_MAX`] bytes) are served from size
+//!   classes in steps of [`CLASS_STEP`] bytes. Each class carves blocks
+//!   from its own spans — whole Wasm pages taken with `memory.grow` — and
+//!   keeps freed blocks on a singly linked free list: `malloc` and `free`
+//!   are a few loads and stores. A page's class is recorded in
+//!   [`PAGE_CLASS`], so `free` and `malloc_usable_size` need no header.
+//! - **Large blocks** come from the `dlmalloc` crate (the same algorithm
+//!   as wasi-libc's), behind a 16-byte header that records the block's
+//!   size and where dlmalloc's allocation starts. Growing one past its size
+//!   moves it (QuickJS grows buffers geometrically, so this is amortized).
+//!
+//! Trade-off, written down: memory given to a size class stays with that
+//! class. A cell that fills the heap with blocks of one size, frees them and
+//! then allocates blocks of another size needs memory for both. Linear
+//! memory never shrinks anyway (snapshots hold the high-water mark), and the
+//! cell's `memoryLimitBytes` still bounds the total.
+//!
+//! Everything lives in linear memory (statics and the heap), so a snapshot
+//! carries the allocator's state like any other guest state. The guest is
+//! single-threaded: the statics are never touched concurrently.
+
+use core::arch::wasm32;
+use core::ffi::c_void;
+use core::ptr;
+
+/// Granularity of the small size classes, in bytes; also the alignment of
+/// every block (C's `max_align_t` on wasm32).
+const CLASS_STEP: usize = 16;
+
+/// Largest block served from a size class, in bytes.
+const SMALL_MAX: usize = 512;
+
+/// Number of small classes; class `c` holds blocks of `c * CLASS_STEP`
+/// bytes (class 0 is unused: it marks pages that hold no class).
+const CLASSES: usize = SMALL_MAX / CLASS_STEP + 1;
+
+/// A Wasm page: the unit of `memory.grow` and of a size class's span.
+const WASM_PAGE: usize = 65536;
+
+/// Bytes in front of a large block: where its dlmalloc allocation starts
+/// and its usable size (two `u32`s, padded to the block alignment).
+const LARGE_HEADER: usize = 16;
+
+/// Alignment of dlmalloc's own allocations (two words).
+const DLMALLOC_ALIGN: usize = 2 * core::mem::size_of::<usize>();
+
+/// Mutable allocator state. Single-threaded guest: see the module docs.
+struct State {
+    /// Head of each class's free list (0 = empty). A free block's first
+    /// word holds the next block's address.
+    free: [usize; CLASSES],
+    /// Next uncarved byte of each class's current span, and its end.
+    carve: [(usize, usize); CLASSES],
+    large: dlmalloc::Dlmalloc,
+}
+
+struct Global(core::cell::UnsafeCell<State>);
+
+// SAFETY: the guest is a single-threaded Wasm module.
+unsafe impl Sync for Global {}
+
+static STATE: Global = Global(core::cell::UnsafeCell::new(State {
+    free: [0; CLASSES],
+    carve: [(0, 0); CLASSES],
+    large: dlmalloc::Dlmalloc::new(),
+}));
+
+/// The size class of every Wasm page of the 4 GiB address space (0 = not a
+/// span of a size class).
+struct PageClasses(core::cell::UnsafeCell<[u8; 65536]>);
+
+// SAFETY: as for `Global`.
+unsafe impl Sync for PageClasses {}
+
+static PAGE_CLASS: PageClasses = PageClasses(core::cell::UnsafeCell::new([0; 65536]));
+
+#[inline(always)]
+fn state() -> *mut State {
+    STATE.0.get()
+}
+
+#[inline(always)]
+fn class_of_page(addr: usize) -> usize {
+    // SAFETY: single-threaded; the index is below 65536 for any wasm32
+    // address.
+    unsafe { (*PAGE_CLASS.0.get())[addr / WASM_PAGE] as usize }
+}
+
+/// Takes a fresh span for `class` and carves the first block from it.
+#[cold]
+unsafe fn refill(class: usize) -> *mut u8 {
+    let previous = wasm32::memory_grow(0, 1);
+    if previous == usize::MAX {
+        return ptr::null_mut();
+    }
+    let base = previous * WASM_PAGE;
+    (*PAGE_CLASS.0.get())[previous] = class as u8;
+    let size = class * CLASS_STEP;
+    (*state()).carve[class] = (base + size, base + WASM_PAGE - WASM_PAGE % size);
+    base as *mut u8
+}
+
+#[inline(always)]
+unsafe fn small_alloc(class: usize) -> *mut u8 {
+    let s = state();
+    let head = (*s).free[class];
+    if head != 0 {
+        (*s).free[class] = *(head as *const usize);
+        return head as *mut u8;
+    }
+    let (next, end) = (*s).carve[class];
+    if next < end {
+        (*s).carve[class].0 = next + class * CLASS_STEP;
+        return next as *mut u8;
+    }
+    refill(class)
+}
+
+/// A large block aligned to `align` (a power of two, at least
+/// [`CLASS_STEP`]).
+unsafe fn large_alloc(size: usize, align: usize) -> *mut u8 {
+    let Some(total) = size.checked_add(LARGE_HEADER + align - DLMALLOC_ALIGN) else {
+        return ptr::null_mut();
+    };
+    let Ok(size32) = u32::try_from(size) else {
+        return ptr::null_mut();
+    };
+    let raw = (*state()).large.c_malloc(total);
+    if raw.is_null() {
+        return raw;
+    }
+    // The block starts at the first `align` boundary that leaves room for
+    // the header; `total` covers the worst case for `raw`'s alignment.
+    let block = (raw as usize + LARGE_HEADER + align - 1) & !(align - 1);
+    let header = (block - LARGE_HEADER) as *mut u32;
+    *header = raw as u32;
+    *header.add(1) = size32;
+    block as *mut u8
+}
+
+#[inline(always)]
+unsafe fn large_header(block: *mut u8) -> (*mut u8, usize) {
+    let header = (block as usize - LARGE_HEADER) as *const u32;
+    (*header as usize as *mut u8, *header.add(1) as usize)
+}
+
+#[inline(always)]
+unsafe fn alloc(size: usize) -> *mut u8 {
+    if size <= SMALL_MAX {
+        small_alloc(size.max(1).div_ceil(CLASS_STEP))
+    } else {
+        large_alloc(size, CLASS_STEP)
+    }
+}
+
+#[inline(always)]
+unsafe fn release(block: *mut u8) {
+    if block.is_null() {
+        return;
+    }
+    let class = class_of_page(block as usize);
+    if class != 0 {
+        let s = state();
+        *(block as *mut usize) = (*s).free[class];
+        (*s).free[class] = block as usize;
+    } else {
+        let (raw, _) = large_header(block);
+        (*state()).large.c_free(raw);
+    }
+}
+
+unsafe fn usable_size(block: *mut u8) -> usize {
+    if block.is_null() {
+        return 0;
+    }
+    match class_of_page(block as usize) {
+        0 => large_header(block).1,
+        class => class * CLASS_STEP,
+    }
+}
+
+unsafe fn aligned(align: usize, size: usize) -> *mut u8 {
+    if !align.is_power_of_two() {
+        return ptr::null_mut();
+    }
+    if align <= CLASS_STEP {
+        alloc(size)
+    } else {
+        large_alloc(size, align)
+    }
+}
+
+/// C `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    alloc(size).cast()
+}
+
+/// C `free`.
+#[no_mangle]
+pub unsafe extern "C" fn free(block: *mut c_void) {
+    release(block.cast())
+}
+
+/// C `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    let Some(total) = count.checked_mul(size) else {
+        return ptr::null_mut();
+    };
+    let block = alloc(total);
+    if !block.is_null() {
+        ptr::write_bytes(block, 0, total);
+    }
+    block.cast()
+}
+
+/// C `realloc`. Shrinking, or growing within the block's usable size,
+/// keeps the block.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
+    let block: *mut u8 = block.cast();
+    if block.is_null() {
+        return alloc(size).cast();
+    }
+    if size == 0 {
+        release(block);
+        return ptr::null_mut();
+    }
+    let old = usable_size(block);
+    if size <= old && (size > SMALL_MAX || old <= SMALL_MAX) {
+        return block.cast();
+    }
+    let moved = alloc(size);
+    if !moved.is_null() {
+        ptr::copy_nonoverlapping(block, moved, old.min(size));
+        release(block);
+    }
+    moved.cast()
+}
+
+/// C `aligned_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    aligned(align, size).cast()
+}
+
+/// POSIX `posix_memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+    const EINVAL: i32 = 28; // WASI errno values
+    const ENOMEM: i32 = 48;
+    if !align.is_power_of_two() || align < core::mem::size_of::<usize>() {
+        return EINVAL;
+    }
+    let block = aligned(align, size);
+    if block.is_null() {
+        return ENOMEM;
+    }
+    *out = block.cast();
+    0
+}
+
+/// `malloc_usable_size` (QuickJS counts its heap with it).
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
+    usable_size(block.cast())
+}
+
+/// wasi-libc's internal name for `malloc` (its locale code calls it).
+#[no_mangle]
+pub unsafe extern "C" fn __libc_malloc(size: usize) -> *mut c_void {
+    malloc(size)
+}
+
+/// wasi-libc's internal name for `free`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_free(block: *mut c_void) {
+    free(block)
+}
+
+/// wasi-libc's internal name for `calloc` (its `atexit` calls it).
+#[no_mangle]
+pub unsafe extern "C" fn __libc_calloc(count: usize, size: usize) -> *mut c_void {
+    calloc(count, size)
+}
