@@ -82,6 +82,9 @@ thread_local! {
     /// Set once the cell has an outcome (`native.finished`); until then the
     /// status is pending without asking the prelude.
     static FINISHED: Cell<bool> = const { Cell::new(false) };
+    /// The tool handles' metadata as JSON text, from `start` until the
+    /// prelude first needs it (`native.toolMetas` hands it over once).
+    static TOOL_METAS: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
 extern "C" {
@@ -292,6 +295,12 @@ fn build_state() -> anyhow_like::Result<State> {
             .map_err(|e| e.to_string())?;
         native
             .set(
+                "toolMetas",
+                Func::from(|| TOOL_METAS.with(|m| std::mem::take(&mut *m.borrow_mut()))),
+            )
+            .map_err(|e| e.to_string())?;
+        native
+            .set(
                 "cancel",
                 Func::from(|id: f64| {
                     host::cancel(id as u64);
@@ -402,16 +411,14 @@ struct Settlement<'a> {
 /// Per-cell options sent by the host with `start`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct StartOptions {
+struct StartOptions<'a> {
     /// QuickJS heap limit in bytes (`memoryLimitBytes`).
     memory_limit_bytes: Option<u64>,
-    /// Callable names of the cell's tool globals.
-    #[serde(default)]
-    tool_names: Vec<String>,
-    /// JSON array of the tools' handle metadata, parsed lazily by the
-    /// prelude (only when a cell looks at metadata).
-    #[serde(default)]
-    tool_metas: String,
+    /// Callable names of the cell's tool globals, joined by newlines
+    /// (callable names are identifiers).
+    #[serde(default, borrow)]
+    tool_names: std::borrow::Cow<'a, str>,
+
     /// The `MCP` namespace: per server, its identifier and its tools'
     /// identifiers joined by newlines.
     #[serde(default)]
@@ -451,6 +458,89 @@ fn drain_jobs(state: &State) {
             });
         }
     }
+}
+
+/// Defines every tool global as an accessor whose getter and setter call
+/// the prelude's `materializeTool`, which replaces the accessor with the
+/// plain data property (the tool's handle, or the value assigned) on first
+/// touch. Building every handle up front cost ~45k fuel per catalog tool on
+/// every cell; this costs a few thousand, and a cell pays for the handles it
+/// uses. Each accessor function carries `[name, materializeTool]` as its
+/// data (`JS_NewCFunctionData`), so no Rust state is involved.
+fn install_tool_globals(ctx: &Ctx<'_>, state: &State, names: &str) -> javy::quickjs::Result<()> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let runner = state.runner.clone().restore(ctx)?;
+    let materialize: Function = runner.get("materializeTool")?;
+    let raw = ctx.as_raw().as_ptr();
+    let flags = qjs::JS_PROP_CONFIGURABLE as i32;
+    // SAFETY: every value created here is freed or handed over exactly once
+    // (`JS_NewCFunctionData` duplicates its data, `JS_DefinePropertyGetSet`
+    // takes its getter and setter); `materialize` outlives the loop.
+    unsafe {
+        let global = qjs::JS_GetGlobalObject(raw);
+        let mut failed = false;
+        for name in names.split('\n') {
+            let atom = qjs::JS_NewAtomLen(raw, name.as_ptr().cast(), name.len() as _);
+            if atom == qjs::JS_ATOM_NULL {
+                failed = true;
+                break;
+            }
+            let name_value = qjs::JS_AtomToString(raw, atom);
+            let mut data = [name_value, materialize.as_raw()];
+            let getter =
+                qjs::JS_NewCFunctionData(raw, Some(tool_global_get), 0, 0, 2, data.as_mut_ptr());
+            let setter =
+                qjs::JS_NewCFunctionData(raw, Some(tool_global_set), 1, 0, 2, data.as_mut_ptr());
+            qjs::JS_FreeValue(raw, name_value);
+            let defined = !qjs::JS_IsException(name_value)
+                && !qjs::JS_IsException(getter)
+                && !qjs::JS_IsException(setter)
+                && qjs::JS_DefinePropertyGetSet(raw, global, atom, getter, setter, flags) >= 0;
+            qjs::JS_FreeAtom(raw, atom);
+            if !defined {
+                failed = true;
+                break;
+            }
+        }
+        qjs::JS_FreeValue(raw, global);
+        if failed {
+            return Err(javy::quickjs::Error::Exception);
+        }
+    }
+    Ok(())
+}
+
+/// Getter of a tool global: `materializeTool(name)`.
+unsafe extern "C" fn tool_global_get(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    _argc: core::ffi::c_int,
+    _argv: *mut qjs::JSValue,
+    _magic: core::ffi::c_int,
+    data: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    qjs::JS_Call(ctx, *data.add(1), qjs::JS_UNDEFINED, 1, data)
+}
+
+/// Setter of a tool global: `materializeTool(name, value)`.
+unsafe extern "C" fn tool_global_set(
+    ctx: *mut qjs::JSContext,
+    _this: qjs::JSValue,
+    argc: core::ffi::c_int,
+    argv: *mut qjs::JSValue,
+    _magic: core::ffi::c_int,
+    data: *mut qjs::JSValue,
+) -> qjs::JSValue {
+    let value = if argc > 0 { *argv } else { qjs::JS_UNDEFINED };
+    let mut args = [*data, value];
+    let result = qjs::JS_Call(ctx, *data.add(1), qjs::JS_UNDEFINED, 2, args.as_mut_ptr());
+    if qjs::JS_IsException(result) {
+        return result;
+    }
+    qjs::JS_FreeValue(ctx, result);
+    qjs::JS_UNDEFINED
 }
 
 fn call_runner<'js, A: javy::quickjs::function::IntoArgs<'js>>(
@@ -509,7 +599,7 @@ thread_local! {
 struct Component;
 
 impl Guest for Component {
-    fn start(source: String, options_json: String) -> String {
+    fn start(source: String, options_json: String, tool_metas_json: String) -> String {
         with_state(|state| {
             let options: StartOptions = match serde_json::from_str(&options_json) {
                 Ok(o) => o,
@@ -524,10 +614,10 @@ impl Guest for Component {
             };
             let StartOptions {
                 tool_names,
-                tool_metas,
                 mcp_layout,
                 ..
             } = options;
+            TOOL_METAS.with(|m| *m.borrow_mut() = tool_metas_json);
             if let Some(seed) = options
                 .random_seed
                 .and_then(|s| u64::from_str_radix(&s, 16).ok())
@@ -550,13 +640,19 @@ impl Guest for Component {
                 eval.strict = false;
                 eval.backtrace_barrier = true;
                 eval.filename = Some(USER_FILE.into());
-                match ctx.eval_with_options::<Function, _>(wrapped, eval) {
+                let started = ctx
+                    .eval_with_options::<Function, _>(wrapped, eval)
+                    .and_then(|cell| {
+                        install_tool_globals(&ctx, state, &tool_names)?;
+                        Ok(cell)
+                    });
+                match started {
                     Ok(cell) => {
                         call_runner(
                             &ctx,
                             state,
                             "start",
-                            (cell, tool_names, tool_metas, mcp_layout),
+                            (cell, tool_names.as_ref(), mcp_layout),
                         );
                     }
                     Err(_) => {

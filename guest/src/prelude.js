@@ -420,15 +420,16 @@
   }
 
   // Handles: callable functions carrying their metadata (contract §8.3).
-  // Metadata arrives as JSON text and is parsed only when a cell first looks
+  // Metadata arrives as JSON text (`start`'s third argument, held on the Rust side) and is parsed only when a cell first looks
   // at it (parsing it eagerly would cost every cell ~100 fuel per byte).
   // Metadata fields are getters on a shared prototype, so creating a handle
   // is one function and one prototype switch.
   const handleMeta = new WeakMapCtor(); // handle -> callable name
   const handlesByName = new MapCtor(); // callableName -> handle
   const metaByName = new MapCtor(); // callableName -> frozen metadata
-  let unparsedMetas = "[]";
-  let allHandles = [];
+  let metasParsed = false;
+  const toolMetasNative = native.toolMetas;
+  let allHandles = null;
   const setPrototypeOf = Object.setPrototypeOf;
   const AsyncFunctionProto = getPrototypeOf(async function () {});
   const META_FIELDS = ["callableName", "toolName", "label", "description", "source", "apiPath", "input", "output"];
@@ -438,9 +439,10 @@
   }
 
   function metaOf(callable) {
-    if (unparsedMetas !== null) {
-      const metas = JSONParse(unparsedMetas);
-      unparsedMetas = null;
+    if (!metasParsed) {
+      metasParsed = true;
+      const text = toolMetasNative();
+      const metas = text === "" ? [] : JSONParse(text);
       for (let i = 0; i < metas.length; i++) rememberMeta(metas[i]);
     }
     return mapGet(metaByName, callable);
@@ -516,20 +518,41 @@
       );
     },
     all() {
-      return allHandles;
+      return listAllHandles();
     },
   });
 
-  // `names` arrive sorted by callable name (the host's projection order).
-  function installTools(names, metasJson) {
-    unparsedMetas = metasJson;
-    const handles = [];
-    for (let i = 0; i < names.length; i++) {
-      const handle = makeHandle(names[i]);
-      arrayPush(handles, handle);
-      installGlobal(names[i], handle);
+  // Tool globals are defined by the Rust side (`install_tool_globals`) as
+  // accessors that call this on first touch: reading one makes its handle,
+  // assigning one stores the value; either way the global becomes the plain
+  // data property it would have been. A cell pays for the handles it uses.
+  function materializeTool(name, value) {
+    const v = arguments.length > 1 ? value : makeHandle(name);
+    try {
+      installGlobal(name, v);
+    } catch (_) {
+      // A frozen global object keeps the accessor, which still answers.
     }
-    allHandles = freeze(handles);
+    return v;
+  }
+
+  // `namesText`: callable names joined by newlines, sorted (the host's
+  // projection order); the handles of `catalog.all()` are made on its first
+  // call.
+  let unlistedNames = "";
+  function installTools(namesText) {
+    unlistedNames = namesText;
+    allHandles = null;
+  }
+
+  function listAllHandles() {
+    if (allHandles === null) {
+      const names = unlistedNames === "" ? [] : stringSplit(unlistedNames, "\n");
+      const handles = [];
+      for (let i = 0; i < names.length; i++) arrayPush(handles, makeHandle(names[i]));
+      allHandles = freeze(handles);
+    }
+    return allHandles;
   }
 
   // The `MCP` namespace (contract §8.4): `MCP.<server>.<tool>(args)` takes
@@ -781,8 +804,9 @@
   }
 
   const runner = {
-    start(cell, toolNames, toolMetasJson, mcpLayout) {
-      installTools(toolNames, toolMetasJson);
+    materializeTool,
+    start(cell, toolNamesText, mcpLayout) {
+      installTools(toolNamesText);
       installMcp(mcpLayout);
       let promise;
       try {

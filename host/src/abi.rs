@@ -309,7 +309,7 @@ pub(crate) struct GuestExports {
     checkpoint: TypedFunc<(), ()>,
     resume: TypedFunc<u64, ()>,
     realloc: TypedFunc<(u32, u32, u32, u32), u32>,
-    start: TypedFunc<(u32, u32, u32, u32), u32>,
+    start: TypedFunc<(u32, u32, u32, u32, u32, u32), u32>,
     post_start: TypedFunc<u32, ()>,
     settle: TypedFunc<(u32, u32), u32>,
     status: TypedFunc<(), u32>,
@@ -399,16 +399,22 @@ impl GuestExports {
             .map_err(|_| wasmtime::Error::msg("guest returned non-UTF-8 text"))
     }
 
-    /// Calls `cell.start(source, options-json)` and returns the status JSON.
+    /// Calls `cell.start(source, options-json, tool-metas-json)` and returns
+    /// the status JSON.
     pub(crate) async fn start(
         &self,
         store: &mut Store<CellState>,
         source: &str,
         options_json: &str,
+        tool_metas_json: &str,
     ) -> wasmtime::Result<String> {
         let (sp, sl) = self.pass_string(store, source).await?;
         let (op, ol) = self.pass_string(store, options_json).await?;
-        let ret = self.start.call_async(&mut *store, (sp, sl, op, ol)).await?;
+        let (mp, ml) = self.pass_string(store, tool_metas_json).await?;
+        let ret = self
+            .start
+            .call_async(&mut *store, (sp, sl, op, ol, mp, ml))
+            .await?;
         let status = self.read_returned_string(store, ret)?;
         self.post_start.call_async(&mut *store, ret).await?;
         Ok(status)

@@ -78,9 +78,12 @@ pub(crate) struct CellTools {
     pub mcp_layout: Vec<Vec<String>>,
     /// The untrusted source every cell may see (see [`untrusted_in_catalog`]).
     pub untrusted_source: Option<&'static str>,
-    /// Callable names of the tool globals, sorted (`catalog.all()` order).
-    pub callable_names: Vec<String>,
-    /// JSON array of the handles' metadata, in the same order.
+    /// The catalog's members of the guest's start options, as JSON text
+    /// built once: `"toolNames"` (the callable names of the tool globals,
+    /// sorted as `catalog.all()` lists them, joined by newlines) and
+    /// `"mcpLayout"`.
+    pub start_options: String,
+    /// JSON array of the handles' metadata, in `toolNames` order.
     pub metas_json: String,
 }
 
@@ -112,7 +115,12 @@ impl CellTools {
             })
             .collect();
         let metas = catalog.guest_all(&projection);
-        let callable_names = metas.iter().map(|m| m.callable_name.clone()).collect();
+        let callable_names: Vec<&str> = metas.iter().map(|m| m.callable_name.as_str()).collect();
+        let start_options = format!(
+            r#""toolNames":{},"mcpLayout":{}"#,
+            serde_json::Value::from(callable_names.join("\n")),
+            serde_json::to_string(&mcp_layout).expect("the layout serializes"),
+        );
         let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
         let untrusted_source = untrusted_in_catalog(&catalog);
         Self {
@@ -122,7 +130,7 @@ impl CellTools {
             mcp_tools: registry.mcp_tools(),
             mcp_layout,
             untrusted_source,
-            callable_names,
+            start_options,
             metas_json,
         }
     }

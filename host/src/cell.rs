@@ -215,16 +215,17 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
             }
         }
     }
-    let options = serde_json::json!({
-        "memoryLimitBytes": env.limits.memory_limit_bytes,
-        // Fixed width, so parsing costs the same fuel for every seed.
-        "randomSeed": format!("{:016x}", rand_seed()),
-        "toolNames": env.tools.callable_names,
-        "toolMetas": env.tools.metas_json,
-        "mcpLayout": env.tools.mcp_layout,
-    })
-    .to_string();
-    let status = exports.start(&mut store, &input.code, &options).await;
+    // The random seed has a fixed width, so parsing it costs the same fuel
+    // for every seed; the catalog's members are built once per runtime.
+    let options = format!(
+        r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
+        env.limits.memory_limit_bytes,
+        rand_seed(),
+        env.tools.start_options,
+    );
+    let status = exports
+        .start(&mut store, &input.code, &options, &env.tools.metas_json)
+        .await;
     let cell = LiveCell {
         store,
         exports,

@@ -47,14 +47,15 @@ pub struct ToolRegistry {
     /// Client tools, in registration order (names may repeat).
     clients: Vec<Arc<dyn Tool>>,
     /// What calls reach: host tools not shadowed, then the winning client
-    /// tool of each name.
-    effective: ToolSet,
+    /// tool of each name. Built on first use after a change (rebuilding it
+    /// on every `add` made registering n tools O(n²)).
+    effective: std::sync::OnceLock<ToolSet>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.effective.iter().map(|t| t.name().to_string()))
+            .entries(self.tools().iter().map(|t| t.name().to_string()))
             .finish()
     }
 }
@@ -101,7 +102,7 @@ impl ToolRegistry {
             return Err(Error::Config("a tool name must not be empty".into()));
         }
         self.clients.push(tool);
-        self.effective = self.effective_tools();
+        self.effective = std::sync::OnceLock::new();
         Ok(())
     }
 
@@ -136,7 +137,7 @@ impl ToolRegistry {
             .register(tool)
             .map_err(|e| Error::Config(e.to_string()))?;
         self.origins.push(origin);
-        self.effective = self.effective_tools();
+        self.effective = std::sync::OnceLock::new();
         Ok(())
     }
 
@@ -157,9 +158,10 @@ impl ToolRegistry {
 
     fn effective_tools(&self) -> ToolSet {
         let winners = self.client_winners();
+        let shadowed: std::collections::HashSet<&str> = winners.iter().map(|w| w.name()).collect();
         let mut set = ToolSet::new();
         for tool in self.host.iter() {
-            if !winners.iter().any(|w| w.name() == tool.name()) {
+            if !shadowed.contains(tool.name()) {
                 set.register(tool.clone()).expect("host names are unique");
             }
         }
@@ -172,7 +174,7 @@ impl ToolRegistry {
     /// The tools calls reach: host tools (except those a client tool
     /// shadows), then client tools.
     pub fn tools(&self) -> &ToolSet {
-        &self.effective
+        self.effective.get_or_init(|| self.effective_tools())
     }
 
     /// Builds the tool catalog (search index, callable names, hints).

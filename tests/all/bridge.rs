@@ -658,3 +658,67 @@ async fn a_then_getter_that_calls_a_tool_during_settlement() {
         r.to_json()
     );
 }
+
+/// Tool globals are made on first touch (accessors installed at start that
+/// turn into plain data properties): whichever way a cell first reaches a
+/// tool — its global, `catalog.all()` or `catalog.search` — it gets the one
+/// handle, and assigning or deleting a global behaves as for any global.
+#[tokio::test]
+async fn tool_globals_are_one_handle_however_first_reached() {
+    let mut registry = ToolRegistry::new();
+    for name in ["alpha", "beta", "gamma", "delta"] {
+        registry.add(Arc::new(t(name, "test tool"))).unwrap();
+    }
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let r = rt
+        .exec(ExecInput::new(
+            "globals",
+            r#"const all = catalog.all();
+               const byName = (n) => all.find((h) => h.callableName === n);
+               const [found] = await catalog.search("gamma");
+               const d = () => Object.getOwnPropertyDescriptor(globalThis, "alpha");
+               const touched = [alpha === byName("alpha"), typeof alpha, d().enumerable, d().writable, d().configurable, "value" in d()];
+               const viaSearch = found === gamma && gamma === byName("gamma");
+               beta = 5;
+               const assigned = [beta, byName("beta").callableName, (await byName("beta")({ value: "x" })).name];
+               delete globalThis.delta;
+               const deleted = [typeof delta, "delta" in globalThis, byName("delta").callableName];
+               return { touched, viaSearch, assigned, deleted, keys: Object.keys(globalThis).includes("alpha") };"#,
+        ))
+        .await;
+    assert_eq!(
+        value(&r),
+        json!({
+            "touched": [true, "function", false, true, true, true],
+            "viaSearch": true,
+            "assigned": [5, "beta", "beta"],
+            "deleted": ["undefined", false, "delta"],
+            "keys": false,
+        })
+    );
+}
+
+/// A catalog tool costs a cell's start a few thousand fuel, not the ~45k it
+/// cost when every handle was built up front: the difference between a
+/// trivial cell over 201 tools and over one tool, per tool, stays in a band.
+#[tokio::test]
+async fn catalog_size_costs_cell_start_little_fuel() {
+    let fuel = |extra: usize| async move {
+        let mut registry = ToolRegistry::new();
+        registry.add(Arc::new(Echo)).unwrap();
+        for i in 0..extra {
+            registry
+                .add(Arc::new(t(&format!("tool_{i}"), "test tool")))
+                .unwrap();
+        }
+        let rt = Runtime::builder().tools(registry).build().await.unwrap();
+        let r = rt.exec(ExecInput::new("fuel", "return 1")).await;
+        assert_eq!(r.status(), "completed", "{}", r.to_json());
+        r.telemetry().fuel_used
+    };
+    let per_tool = (fuel(200).await - fuel(0).await) / 200;
+    assert!(
+        (3_000..=8_000).contains(&per_tool),
+        "{per_tool} fuel per catalog tool"
+    );
+}
