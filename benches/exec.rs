@@ -1,13 +1,36 @@
 //! Benchmarks of the foundation: a fresh trivial cell through the library,
-//! a generated 1,000-line program, and (reported, not timed) the fuel the
-//! trivial cell consumes.
+//! the same cell over a catalog of 1,000 tools (what a catalog costs every
+//! cell's start), a generated 1,000-line program, and (reported, not timed)
+//! the fuel they consume.
 //!
 //! Run with `cargo bench --bench exec`. The whole-process figure
 //! (`quickcell exec --code 'return 1'` with a warm module cache) is measured
 //! with `hyperfine` as described in the README.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use quickcell::{ExecInput, Limits, Runtime};
+use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
+use quickcell::{ExecInput, Limits, Runtime, ToolRegistry};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// A catalog entry that is never called.
+struct Listed(String);
+
+#[async_trait]
+impl Tool for Listed {
+    fn name(&self) -> &str {
+        &self.0
+    }
+    fn description(&self) -> &str {
+        "Looks up one record of the benchmark's catalog by its id"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"id": {"type": "string"}}})
+    }
+    async fn call(&self, _args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        Ok(Value::Null)
+    }
+}
 
 fn generated_program(lines: usize) -> String {
     let mut src = String::from("let acc = 0;\n");
@@ -35,6 +58,24 @@ fn benches(c: &mut Criterion) {
 
     c.bench_function("exec_trivial_cell", |b| {
         b.iter(|| rt.block_on(runtime.exec(ExecInput::new("bench", "return 1+1"))))
+    });
+
+    let mut registry = ToolRegistry::new();
+    for i in 0..1_000 {
+        registry
+            .add(Arc::new(Listed(format!("lookup_{i}"))))
+            .unwrap();
+    }
+    let cataloged = rt
+        .block_on(Runtime::builder().tools(registry).build())
+        .unwrap();
+    let over_catalog = rt.block_on(cataloged.exec(ExecInput::new("bench", "return 1+1")));
+    eprintln!(
+        "fuel used by `return 1+1` over 1,000 tools: {}",
+        over_catalog.telemetry().fuel_used
+    );
+    c.bench_function("exec_trivial_cell_1000_tools", |b| {
+        b.iter(|| rt.block_on(cataloged.exec(ExecInput::new("bench", "return 1+1"))))
     });
 
     let program = generated_program(1_000);
