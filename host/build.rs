@@ -87,7 +87,14 @@ fn build_guest(guest_dir: &Path, out_dir: &Path) -> PathBuf {
         .env("RQUICKJS_SYS_NO_WASI_SDK", "1")
         .env("CC_wasm32_wasip1", "clang-19")
         .env("AR_wasm32_wasip1", "llvm-ar-19")
-        .env("CFLAGS_wasm32_wasip1", format!("-isystem {WASI_INCLUDE}"))
+        // clang 19 targets Wasm without bulk memory and non-trapping
+        // float-to-int by default; Rust's side of the guest has both, and so
+        // does Wasmtime. With them QuickJS copies with `memory.copy` instead
+        // of a libc loop and converts numbers without range-check branches.
+        .env(
+            "CFLAGS_wasm32_wasip1",
+            format!("-isystem {WASI_INCLUDE} -mbulk-memory -mnontrapping-fptoint"),
+        )
         .env(
             "BINDGEN_EXTRA_CLANG_ARGS_wasm32_wasip1",
             format!("-isystem {WASI_INCLUDE}"),
