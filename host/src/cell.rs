@@ -795,7 +795,7 @@ impl LiveCell {
             slot,
             ..
         } = self;
-        drop(store);
+        release_in_background(store, None);
         env.runs
             .keep_live(&run_id, host.generation, expires_at_ms, bridge);
         // The stored run holds the slot from now on.

@@ -322,30 +322,16 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     }
     let failed = |e: std::io::Error| SnapshotError::Corrupt(format!("compression failed: {e}"));
     let compress_head = || -> std::io::Result<Vec<u8>> {
-        let mut encoder = zstd::stream::Encoder::new(Vec::new(), ZSTD_LEVEL)?;
-        encoder.set_pledged_src_size(Some(head.len() as u64))?;
-        encoder.include_contentsize(true)?;
-        encoder.write_all(&head)?;
-        encoder.finish()
+        with_cctx(|cctx| {
+            let mut encoder = zstd::stream::Encoder::with_context(Vec::new(), cctx);
+            encoder.set_pledged_src_size(Some(head.len() as u64))?;
+            encoder.include_contentsize(true)?;
+            encoder.write_all(&head)?;
+            encoder.finish()
+        })
     };
     let compress_pages = |indexes: &[u32]| -> std::io::Result<Vec<u8>> {
-        let bytes = indexes.len() * PAGE_BYTES;
-        let mut encoder = zstd::stream::Encoder::new(Vec::with_capacity(bytes / 8), ZSTD_LEVEL)?;
-        encoder.set_pledged_src_size(Some(bytes as u64))?;
-        encoder.include_contentsize(true)?;
-        let mut delta = [0u8; PAGE_BYTES];
-        for &index in indexes {
-            let start = index as usize * PAGE_BYTES;
-            let page = &c.memory[start..start + PAGE_BYTES];
-            if start >= c.image.len() {
-                // Beyond the image the base is zeros: the delta is the page.
-                encoder.write_all(page)?;
-            } else {
-                xor_into(&mut delta, page, image_page(c.image, start));
-                encoder.write_all(&delta)?;
-            }
-        }
-        encoder.finish()
+        with_cctx(|cctx| compress_frame(cctx, c, indexes))
     };
     let chunks: Vec<&[u32]> = pages.chunks(PAGES_PER_FRAME).collect();
     let threads = codec_threads(page_bytes, chunks.len());
@@ -366,6 +352,52 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     Ok(Encoded {
         bytes: out,
         payload_bytes: payload_len,
+    })
+}
+
+/// Compresses the XOR deltas of the pages `indexes` of `c` as one frame.
+fn compress_frame(
+    cctx: &mut zstd::zstd_safe::CCtx<'static>,
+    c: &Checkpoint<'_>,
+    indexes: &[u32],
+) -> std::io::Result<Vec<u8>> {
+    let bytes = indexes.len() * PAGE_BYTES;
+    let mut encoder = zstd::stream::Encoder::with_context(Vec::with_capacity(bytes / 8), cctx);
+    encoder.set_pledged_src_size(Some(bytes as u64))?;
+    encoder.include_contentsize(true)?;
+    let mut delta = [0u8; PAGE_BYTES];
+    for &index in indexes {
+        let start = index as usize * PAGE_BYTES;
+        let page = &c.memory[start..start + PAGE_BYTES];
+        if start >= c.image.len() {
+            // Beyond the image the base is zeros: the delta is the page.
+            encoder.write_all(page)?;
+        } else {
+            xor_into(&mut delta, page, image_page(c.image, start));
+            encoder.write_all(&delta)?;
+        }
+    }
+    encoder.finish()
+}
+
+/// Runs `f` with this thread's compression context, set to [`ZSTD_LEVEL`]:
+/// creating one, with its first-use workspace, costs more than compressing
+/// a one-tool snapshot.
+fn with_cctx<R>(
+    f: impl FnOnce(&mut zstd::zstd_safe::CCtx<'static>) -> std::io::Result<R>,
+) -> std::io::Result<R> {
+    CCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let cctx = match &mut *slot {
+            Some(cctx) => cctx,
+            empty => {
+                let mut cctx = zstd::zstd_safe::CCtx::create();
+                cctx.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(ZSTD_LEVEL))
+                    .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
+                empty.insert(cctx)
+            }
+        };
+        f(cctx)
     })
 }
 
@@ -403,6 +435,9 @@ impl<'a> Reader<'a> {
 }
 
 thread_local! {
+    /// A compression context per thread (see [`with_cctx`]).
+    static CCTX: std::cell::RefCell<Option<zstd::zstd_safe::CCtx<'static>>> =
+        const { std::cell::RefCell::new(None) };
     /// A decompression context per thread: creating one costs more than
     /// decompressing a small snapshot.
     static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
