@@ -224,8 +224,9 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     block.cast()
 }
 
-/// C `realloc`. Shrinking, or growing within the block's usable size,
-/// keeps the block.
+/// C `realloc`. A size that still fits the block keeps it, unless a large
+/// block would be left less than half used (QuickJS trims its string
+/// buffers with `realloc`: keeping the slack would double their memory).
 #[no_mangle]
 pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
     let block: *mut u8 = block.cast();
@@ -237,7 +238,12 @@ pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void
         return ptr::null_mut();
     }
     let old = usable_size(block);
-    if size <= old && (size > SMALL_MAX || old <= SMALL_MAX) {
+    let fits = if old <= SMALL_MAX {
+        size <= old
+    } else {
+        size <= old && size > SMALL_MAX && size >= old / 2
+    };
+    if fits {
         return block.cast();
     }
     let moved = alloc(size);
