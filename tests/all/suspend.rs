@@ -538,3 +538,23 @@ async fn deep_stack_use_before_and_after_a_checkpoint() {
     let r = rt.wait(WaitInput::new(id)).await;
     assert_eq!(value(&r), json!([3000, 3000, {"nested": [3000, "kept"]}]));
 }
+
+/// Tool globals no cell touched before parking are still accessors in the
+/// snapshot (their native getters are table indexes, valid in any instance
+/// of the guest): after `wait` they become their handles and call through.
+#[tokio::test]
+async fn tool_globals_untouched_before_parking_work_after_wait() {
+    let (rt, calls) = runtime_with(vec![t("alpha", "a"), t("beta", "b")], Limits::default()).await;
+    let r = rt
+        .exec(exec(
+            r#"await yield_control();
+               const got = await alpha({ value: "x" });
+               return [typeof beta, got.name, catalog.all().map((h) => h.callableName)];"#,
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(calls[0].load(Ordering::SeqCst), 0);
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(value(&r), json!(["function", "alpha", ["alpha", "beta"]]));
+    assert_eq!(calls[0].load(Ordering::SeqCst), 1);
+}
