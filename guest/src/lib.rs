@@ -494,10 +494,18 @@ fn install_tool_globals(ctx: &Ctx<'_>, state: &State, names: &str) -> javy::quic
             let setter =
                 qjs::JS_NewCFunctionData(raw, Some(tool_global_set), 1, 0, 2, data.as_mut_ptr());
             qjs::JS_FreeValue(raw, name_value);
-            let defined = !qjs::JS_IsException(name_value)
-                && !qjs::JS_IsException(getter)
-                && !qjs::JS_IsException(setter)
-                && qjs::JS_DefinePropertyGetSet(raw, global, atom, getter, setter, flags) >= 0;
+            let defined = if qjs::JS_IsException(name_value)
+                || qjs::JS_IsException(getter)
+                || qjs::JS_IsException(setter)
+            {
+                // Out of memory: free whichever was made (freeing the
+                // exception marker is a no-op).
+                qjs::JS_FreeValue(raw, getter);
+                qjs::JS_FreeValue(raw, setter);
+                false
+            } else {
+                qjs::JS_DefinePropertyGetSet(raw, global, atom, getter, setter, flags) >= 0
+            };
             qjs::JS_FreeAtom(raw, atom);
             if !defined {
                 failed = true;
