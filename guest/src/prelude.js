@@ -420,8 +420,10 @@
   }
 
   // Handles: callable functions carrying their metadata (contract §8.3).
-  // Metadata arrives as JSON text (`start`'s third argument, held on the Rust side) and is parsed only when a cell first looks
-  // at it (parsing it eagerly would cost every cell ~100 fuel per byte).
+  // Metadata arrives as JSON text (`start`'s third argument, held on the
+  // Rust side until `native.toolMetas` hands it over) and is parsed only
+  // when a cell first looks at it (parsing it eagerly would cost every cell
+  // ~100 fuel per byte).
   // Metadata fields are getters on a shared prototype, so creating a handle
   // is one function and one prototype switch.
   const handleMeta = new WeakMapCtor(); // handle -> callable name
