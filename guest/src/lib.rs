@@ -14,8 +14,9 @@
 //! 2. `wizer-initialize` builds the QuickJS runtime, installs the stack
 //!    guard and evaluates the prelude. The host pre-initializes the module
 //!    once (wasmtime-wizer) so that a fresh cell is only an instantiation.
-//! 3. `start` evaluates the user source as the body of an async function,
-//!    drains the job queue and returns a status JSON string.
+//! 3. `start` evaluates the cell function the host made of the user source
+//!    (an async arrow function whose body is the source), calls it through
+//!    the prelude, drains the job queue and returns a status JSON string.
 //!
 //! The guest keeps no host handles: everything lives in linear memory, so a
 //! snapshot of memory plus `__stack_pointer` is the whole guest state.
@@ -607,7 +608,7 @@ thread_local! {
 struct Component;
 
 impl Guest for Component {
-    fn start(source: String, options_json: String, tool_metas_json: String) -> String {
+    fn start(cell_function: String, options_json: String, tool_metas_json: String) -> String {
         with_state(|state| {
             let options: StartOptions = match serde_json::from_str(&options_json) {
                 Ok(o) => o,
@@ -642,14 +643,13 @@ impl Guest for Component {
                 unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
             }
             state.runtime.context().with(|ctx| {
-                let wrapped = format!("(async () => {{\n{source}\n}})");
                 let mut eval = EvalOptions::default();
                 eval.global = true;
                 eval.strict = false;
                 eval.backtrace_barrier = true;
                 eval.filename = Some(USER_FILE.into());
                 let started = ctx
-                    .eval_with_options::<Function, _>(wrapped, eval)
+                    .eval_with_options::<Function, _>(cell_function, eval)
                     .and_then(|cell| {
                         install_tool_globals(&ctx, state, &tool_names)?;
                         Ok(cell)

@@ -805,6 +805,15 @@
     finish({ state: "failed", error });
   }
 
+  // The cell function hands over a function that closes over its body's
+  // top-level bindings (host `source::cell_function`). Holding it keeps
+  // their values alive after the cell returns: the instance is discarded
+  // then, so freeing them one object at a time would be wasted work.
+  let keptFrame = null;
+  function keepFrame(frame) {
+    keptFrame = frame;
+  }
+
   const runner = {
     materializeTool,
     start(cell, toolNamesText, mcpLayout) {
@@ -812,7 +821,7 @@
       installMcp(mcpLayout);
       let promise;
       try {
-        promise = cell();
+        promise = cell(keepFrame);
       } catch (e) {
         fail(e);
         return;

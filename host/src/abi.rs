@@ -399,16 +399,16 @@ impl GuestExports {
             .map_err(|_| wasmtime::Error::msg("guest returned non-UTF-8 text"))
     }
 
-    /// Calls `cell.start(source, options-json, tool-metas-json)` and returns
-    /// the status JSON.
+    /// Calls `cell.start(cell-function, options-json, tool-metas-json)` and
+    /// returns the status JSON.
     pub(crate) async fn start(
         &self,
         store: &mut Store<CellState>,
-        source: &str,
+        cell_function: &str,
         options_json: &str,
         tool_metas_json: &str,
     ) -> wasmtime::Result<String> {
-        let (sp, sl) = self.pass_string(store, source).await?;
+        let (sp, sl) = self.pass_string(store, cell_function).await?;
         let (op, ol) = self.pass_string(store, options_json).await?;
         let (mp, ml) = self.pass_string(store, tool_metas_json).await?;
         let ret = self

@@ -198,9 +198,11 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
     if let Err(message) = input.validate() {
         return input_failure(message, (env.telemetry)());
     }
-    if let Err(rejection) = source::validate_source(&input.code) {
-        return input_failure(rejection.message(), (env.telemetry)());
-    }
+    let is_tool_global = |name: &str| env.tools.projection.resolve(name).is_some();
+    let cell_function = match source::prepare_source(&input.code, &is_tool_global) {
+        Ok(text) => text,
+        Err(rejection) => return input_failure(rejection.message(), (env.telemetry)()),
+    };
     let deadline = deadline_after(env.limits.timeout_ms);
     let max_output = env.limits.max_output_bytes as usize;
     let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, &deadline).await {
@@ -224,7 +226,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         env.tools.start_options,
     );
     let status = exports
-        .start(&mut store, &input.code, &options, &env.tools.metas_json)
+        .start(&mut store, &cell_function, &options, &env.tools.metas_json)
         .await;
     let cell = LiveCell {
         store,

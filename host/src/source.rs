@@ -1,8 +1,9 @@
 //! Source validation for Code Mode cells (contract.md §7).
 //!
-//! [`validate_source`] runs the contract's checks in order — shell-shaped
+//! [`prepare_source`] runs the contract's checks in order — shell-shaped
 //! source, parse, module access (TypeScript fails as an ordinary syntax
-//! error) — and returns the first failure as a [`SourceRejection`]. Every
+//! error) — and returns the first failure as a [`SourceRejection`], or the
+//! text the guest compiles for a source that passes ([`cell_function`]). Every
 //! rejection is `invalid_input` with `failurePhase: "input"`; the caller maps
 //! it, this module only decides *whether* and *why*. Nothing here runs guest
 //! code or dispatches anything.
@@ -45,7 +46,7 @@
 //! The command rule (and only that rule; the others never match valid
 //! JavaScript) is skipped when the word is a JavaScript keyword or a known
 //! global ([`KNOWN_GLOBALS`]), a caller-supplied global (tool callable names,
-//! see [`validate_source_with_globals`]), or a name the source itself binds
+//! the argument of [`prepare_source`]), or a name the source itself binds
 //! anywhere (`var`/`let`/`const`/`function`/`class`, parameters, catch
 //! parameters, destructuring). Bindings come from the parsed syntax tree; when
 //! the parser could not recover, a textual scan for `var|let|const|function|
@@ -97,8 +98,9 @@ use std::collections::HashSet;
 
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{
-    BindingIdentifier, CallExpression, Expression, ImportExpression, ModuleDeclaration,
-    NewExpression, Program, Statement, TaggedTemplateExpression,
+    ArrowFunctionBody, BindingIdentifier, CallExpression, Expression, FunctionBody,
+    ImportExpression, ModuleDeclaration, NewExpression, Program, Statement,
+    TaggedTemplateExpression,
 };
 use oxc_ast_visit::{walk, Visit};
 use oxc_diagnostics::OxcDiagnostic;
@@ -175,39 +177,58 @@ pub fn wrap_source(source: &str) -> String {
     wrapped
 }
 
-/// Validates a cell's source (contract §7): shell shape, syntax, module access.
+/// Validates a cell's source (contract §7): shell shape, syntax, module
+/// access; returns the text of the cell function the guest compiles
+/// ([`cell_function`]).
+///
+/// `is_global` names extra globals (the cell's tool callable names) that
+/// the shell-command rule must never treat as a shell command.
 ///
 /// # Errors
 ///
 /// The first failing check, as a [`SourceRejection`]; its
 /// [`message`](SourceRejection::message) is the model-facing `error` text.
-pub fn validate_source(source: &str) -> Result<(), SourceRejection> {
+pub fn prepare_source(
+    source: &str,
+    is_global: &dyn Fn(&str) -> bool,
+) -> Result<String, SourceRejection> {
+    let allocator = Allocator::default();
+    let ret = check(&allocator, source, is_global)?;
+    Ok(cell_function(source, &ret.program))
+}
+
+/// [`prepare_source`]'s checks alone, with no extra globals.
+#[cfg(test)]
+fn validate_source(source: &str) -> Result<(), SourceRejection> {
     validate_source_with_globals(source, &[])
 }
 
-/// Like [`validate_source`], with extra global names (for example the cell's
-/// tool callable names) that the shell-command rule must never treat as a
-/// shell command.
-///
-/// # Errors
-///
-/// As [`validate_source`].
-pub fn validate_source_with_globals(
+/// [`prepare_source`]'s checks alone, with `known_globals` as the extra
+/// globals.
+#[cfg(test)]
+fn validate_source_with_globals(
     source: &str,
     known_globals: &[&str],
 ) -> Result<(), SourceRejection> {
-    let wrapped = wrap_source(source);
     let allocator = Allocator::default();
-    let ret = parse(&allocator, &wrapped);
+    check(&allocator, source, &|word| known_globals.contains(&word)).map(|_| ())
+}
+
+/// Runs the three checks; returns the parse of the wrapped source.
+fn check<'a>(
+    allocator: &'a Allocator,
+    source: &str,
+    is_global: &dyn Fn(&str) -> bool,
+) -> Result<ParserReturn<'a>, SourceRejection> {
+    let wrapped = allocator.alloc_str(&wrap_source(source));
+    let ret = parse(allocator, wrapped);
 
     // Step 1: shell-shaped source.
     if let Some(hit) = shell_shape(source) {
         let reject = match hit {
             ShellHit::Always => true,
             ShellHit::Command(word) => {
-                !is_never_command(word)
-                    && !known_globals.contains(&word)
-                    && !source_declares(source, &ret, word)
+                !is_never_command(word) && !is_global(word) && !source_declares(source, &ret, word)
             }
         };
         if reject {
@@ -223,7 +244,7 @@ pub fn validate_source_with_globals(
     if needs_module_scan && !ret.panicked {
         scan.visit_program(&ret.program);
     }
-    if let Some(rejection) = syntax_rejection(source, &wrapped, &ret, &scan) {
+    if let Some(rejection) = syntax_rejection(source, wrapped, &ret, &scan) {
         return Err(rejection);
     }
 
@@ -231,7 +252,128 @@ pub fn validate_source_with_globals(
     if scan.module_access {
         return Err(SourceRejection::ModuleAccess);
     }
-    Ok(())
+    Ok(ret)
+}
+
+// ---------------------------------------------------------------------------
+// The cell function
+// ---------------------------------------------------------------------------
+
+/// The text of the cell function for a validated `source` whose wrapped
+/// parse is `program`.
+///
+/// It is [`wrap_source`]'s text with one addition: a function declaration
+/// appended after the source closes over the body's top-level bindings
+/// ([`top_level_bindings`]), and the first line hands it to the function's
+/// one parameter (the prelude keeps it). When the cell returns, its frame
+/// is released, but the values of those bindings stay referenced, so the
+/// guest does not spend the end of the cell freeing them one object at a
+/// time: the instance is discarded as soon as the cell has finished. While
+/// the cell runs nothing changes (the frame holds the same values), and the
+/// kept function is never called.
+///
+/// The additions keep the user's positions: they sit on the wrapper's own
+/// first line and after the source. Their two names are chosen so that
+/// neither occurs anywhere in the source. A body whose directive prologue
+/// makes it strict gets `"use strict"` ahead of the hand-over, which would
+/// otherwise end the prologue. A body with no top-level bindings gets the
+/// plain wrapper.
+fn cell_function(source: &str, program: &Program<'_>) -> String {
+    let Some(body) = wrapper_body(program) else {
+        return wrap_source(source);
+    };
+    let names = top_level_bindings(body);
+    if names.is_empty() {
+        return wrap_source(source);
+    }
+    let strict = body.directives.iter().any(|d| d.directive == "use strict");
+    let keep = unused_name(source, "__qcKeep");
+    let frame = unused_name(source, "__qcFrame");
+    let mut text =
+        String::with_capacity(source.len() + 64 + names.iter().map(|n| n.len() + 1).sum::<usize>());
+    text.push_str("(async (");
+    text.push_str(&keep);
+    text.push_str(") => {");
+    if strict {
+        text.push_str("\"use strict\";");
+    }
+    text.push_str(&keep);
+    text.push('(');
+    text.push_str(&frame);
+    text.push_str(");\n");
+    text.push_str(source);
+    text.push_str("\n;function ");
+    text.push_str(&frame);
+    text.push_str("() { return [");
+    text.push_str(&names.join(","));
+    text.push_str("]; }\n})");
+    text
+}
+
+/// The body of the wrapper's arrow function, when the program is exactly
+/// the wrapper.
+fn wrapper_body<'p, 'a>(program: &'p Program<'a>) -> Option<&'p FunctionBody<'a>> {
+    let [Statement::ExpressionStatement(statement)] = program.body.as_slice() else {
+        return None;
+    };
+    let Expression::ParenthesizedExpression(paren) = &statement.expression else {
+        return None;
+    };
+    let Expression::ArrowFunctionExpression(arrow) = &paren.expression else {
+        return None;
+    };
+    match &arrow.body {
+        ArrowFunctionBody::FunctionBody(body) => Some(body),
+        _ => None,
+    }
+}
+
+/// The names bound by the body's top-level statements, in order, without
+/// repeats: `var`, `let`, `const` and `using` declarations (destructuring
+/// included) and function and class declarations. `arguments` is left out:
+/// inside the kept function it would name that function's own arguments.
+fn top_level_bindings<'a>(body: &FunctionBody<'a>) -> Vec<&'a str> {
+    let mut names: Vec<&'a str> = Vec::new();
+    let mut add = |name: &'a str| {
+        if name != "arguments" && !names.contains(&name) {
+            names.push(name);
+        }
+    };
+    for statement in &body.statements {
+        match statement {
+            Statement::VariableDeclaration(declaration) => {
+                for declarator in &declaration.declarations {
+                    for id in declarator.id.get_binding_identifiers() {
+                        add(id.name.as_str());
+                    }
+                }
+            }
+            Statement::FunctionDeclaration(function) => {
+                if let Some(id) = &function.id {
+                    add(id.name.as_str());
+                }
+            }
+            Statement::ClassDeclaration(class) => {
+                if let Some(id) = &class.id {
+                    add(id.name.as_str());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// `base`, or `base` with the smallest numeric suffix, that does not occur
+/// in `source`.
+fn unused_name(source: &str, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut n = 0u32;
+    while source.contains(name.as_str()) {
+        n += 1;
+        name = format!("{base}{n}");
+    }
+    name
 }
 
 fn parse_options() -> ParseOptions {
@@ -1556,5 +1698,101 @@ mod tests {
         assert_eq!(line_column("a\nb", 2), (2, 1));
         assert_eq!(line_column("a\r\nb", 3), (2, 1));
         assert_eq!(line_column("😀x", 4), (1, 3));
+    }
+
+    // ---- the cell function ----------------------------------------------
+
+    fn prepared(source: &str) -> String {
+        prepare_source(source, &|_| false).expect("valid source")
+    }
+
+    fn parses(text: &str) -> bool {
+        let allocator = Allocator::default();
+        let ret = parse(&allocator, text);
+        !ret.panicked && ret.diagnostics.errors().next().is_none()
+    }
+
+    #[test]
+    fn a_body_without_top_level_bindings_gets_the_plain_wrapper() {
+        for source in [
+            "return 1",
+            "",
+            "if (x) { let y = 1 }",
+            "for (const a of b) text(a)",
+        ] {
+            assert_eq!(prepared(source), wrap_source(source), "{source:?}");
+        }
+    }
+
+    #[test]
+    fn the_kept_function_closes_over_every_top_level_binding() {
+        let source = "const a = 1, {b, c: [d, ...e], ...f} = x;\nlet g; var h = 2;\n\
+                      function i() {}\nclass J {}\nvar h;\nvar arguments;\n\
+                      if (a) { let inner = 1; var hoisted = 2 }\nreturn a";
+        let text = prepared(source);
+        assert!(
+            text.starts_with("(async (__qcKeep) => {__qcKeep(__qcFrame);\nconst a = 1"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\n;function __qcFrame() { return [a,b,d,e,f,g,h,i,J]; }\n})"),
+            "{text}"
+        );
+        assert!(parses(&text), "{text}");
+    }
+
+    #[test]
+    fn the_user_source_keeps_its_lines_and_columns() {
+        let source = "const a = 1;\n  return a";
+        let text = prepared(source);
+        let first_newline = text.find('\n').unwrap();
+        assert_eq!(
+            &text[first_newline + 1..first_newline + 1 + source.len()],
+            source
+        );
+        assert!(!text[..first_newline].contains(source));
+    }
+
+    #[test]
+    fn a_strict_body_stays_strict() {
+        let text = prepared("'use strict'; const a = 1; return a");
+        assert!(
+            text.starts_with("(async (__qcKeep) => {\"use strict\";__qcKeep(__qcFrame);\n"),
+            "{text}"
+        );
+        // A directive that is not the prologue's, or is escaped, is not one.
+        let text = prepared("const a = 1; 'use strict'; return a");
+        assert!(
+            !text[..text.find('\n').unwrap()].contains("use strict"),
+            "{text}"
+        );
+        let text = prepared("'use\\x20strict'; const a = 1; return a");
+        assert!(
+            !text[..text.find('\n').unwrap()].contains("use strict"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_added_names_never_occur_in_the_source() {
+        let source = "const __qcKeep = 1, __qcFrame = 2, __qcFrame1 = 3; return __qcKeep";
+        let text = prepared(source);
+        assert!(
+            text.starts_with("(async (__qcKeep1) => {__qcKeep1(__qcFrame2);\n"),
+            "{text}"
+        );
+        assert!(parses(&text), "{text}");
+    }
+
+    #[test]
+    fn tool_globals_are_never_shell_commands() {
+        assert_eq!(
+            prepare_source("git -1", &|_| false),
+            Err(SourceRejection::ShellShaped)
+        );
+        assert_eq!(
+            prepare_source("git -1", &|name| name == "git"),
+            Ok(wrap_source("git -1"))
+        );
     }
 }
