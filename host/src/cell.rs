@@ -713,6 +713,7 @@ impl LiveCell {
         let encoded = snapshot::encode(&Checkpoint {
             memory,
             image: &env.shared.memory_image,
+            memory_maps_image: true,
             dead: dead_stack,
             stack_pointer,
             host_state: &host_json,

@@ -17,6 +17,7 @@
 //!     host_state: b"{}",
 //!     guest_hash: guest,
 //!     max_payload_bytes: 1 << 20,
+//!     memory_maps_image: false,
 //! })
 //! .unwrap();
 //! let snapshot = decode(&encoded.bytes, guest, 1 << 30).unwrap();
@@ -174,6 +175,14 @@ pub struct Checkpoint<'a> {
     pub guest_hash: [u8; 32],
     /// Largest uncompressed payload allowed.
     pub max_payload_bytes: usize,
+    /// `memory` is a live linear memory that Wasmtime mapped from `image`
+    /// (a private copy-on-write mapping of it, anonymous zero memory
+    /// beyond it), so a page the kernel reports as never written in this
+    /// mapping still holds its image bytes. On Linux such pages are then
+    /// found with `/proc/self/pagemap` and not compared ([`changed_pages`]);
+    /// elsewhere, or when the file cannot be read, every page is compared.
+    /// `false` for memory that is not such a mapping (a copy, a `Vec`).
+    pub memory_maps_image: bool,
 }
 
 /// A decoded, verified snapshot.
@@ -221,12 +230,21 @@ fn xor_in_place(out: &mut [u8], delta: &[u8]) {
 }
 
 /// Indexes of the pages of `memory` that differ from `image`, skipping
-/// pages wholly inside `dead`.
-fn changed_pages(memory: &[u8], image: &[u8], dead: &Range<usize>) -> Vec<u32> {
+/// pages wholly inside `dead`, and, when `written` is given, the pages it
+/// marks as never written (they hold their image bytes).
+fn changed_pages(
+    memory: &[u8],
+    image: &[u8],
+    dead: &Range<usize>,
+    written: Option<&[bool]>,
+) -> Vec<u32> {
     let mut changed = Vec::new();
     for (i, page) in memory.chunks_exact(PAGE_BYTES).enumerate() {
         let start = i * PAGE_BYTES;
         if start >= dead.start && start + PAGE_BYTES <= dead.end {
+            continue;
+        }
+        if written.is_some_and(|w| !w[i]) {
             continue;
         }
         if page != image_page(image, start) {
@@ -234,6 +252,69 @@ fn changed_pages(memory: &[u8], image: &[u8], dead: &Range<usize>) -> Vec<u32> {
         }
     }
     changed
+}
+
+/// Which pages of a live mapping have been written, from Linux's
+/// `/proc/self/pagemap`.
+#[cfg(target_os = "linux")]
+mod pagemap {
+    use super::PAGE_BYTES;
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
+    use std::sync::Mutex;
+
+    /// The page is mapped.
+    const PRESENT: u64 = 1 << 63;
+    /// The page is in swap.
+    const SWAPPED: u64 = 1 << 62;
+    /// The mapped page is a page of a file (or shared anonymous memory).
+    const FILE_PAGE: u64 = 1 << 61;
+
+    /// This process's pagemap, with the id of the process that opened it:
+    /// after a `fork`, the inherited file would describe the parent.
+    static PAGEMAP: Mutex<Option<(u32, Option<File>)>> = Mutex::new(None);
+
+    /// For each 4 KiB page of `region`, whether it may have been written:
+    /// it is mapped to a page of its own (copied on write, or anonymous),
+    /// or swapped out. A page that is not mapped, or is mapped to a page of
+    /// its backing file, reads as that mapping's initial content. `None`
+    /// when the kernel's page size is not 4 KiB or the file cannot be read.
+    pub(super) fn written_pages(region: &[u8]) -> Option<Vec<bool>> {
+        if rustix::param::page_size() != PAGE_BYTES
+            || !(region.as_ptr() as usize).is_multiple_of(PAGE_BYTES)
+        {
+            return None;
+        }
+        let pages = region.len() / PAGE_BYTES;
+        let mut raw = vec![0u8; pages * 8];
+        let offset = (region.as_ptr() as usize / PAGE_BYTES * 8) as u64;
+        let pid = std::process::id();
+        let mut slot = PAGEMAP.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|(opener, _)| *opener != pid) {
+            *slot = Some((pid, File::open("/proc/self/pagemap").ok()));
+        }
+        let file = slot.as_ref()?.1.as_ref()?;
+        file.read_exact_at(&mut raw, offset).ok()?;
+        drop(slot);
+        Some(
+            raw.chunks_exact(8)
+                .map(|entry| {
+                    let entry = u64::from_le_bytes(entry.try_into().expect("8 bytes"));
+                    entry & SWAPPED != 0 || (entry & PRESENT != 0 && entry & FILE_PAGE == 0)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// See [`Checkpoint::memory_maps_image`].
+fn written_pages(c: &Checkpoint<'_>) -> Option<Vec<bool>> {
+    #[cfg(target_os = "linux")]
+    if c.memory_maps_image {
+        return pagemap::written_pages(c.memory);
+    }
+    let _ = c;
+    None
 }
 
 /// Threads worth using for `page_bytes` of page deltas in `frames` frames.
@@ -301,7 +382,8 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
             "memory is not a whole number of pages".into(),
         ));
     }
-    let pages = changed_pages(c.memory, c.image, &c.dead);
+    let written = written_pages(c);
+    let pages = changed_pages(c.memory, c.image, &c.dead, written.as_deref());
     let page_bytes = pages.len() * PAGE_BYTES;
     let head_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * 4;
     let payload_len = head_len + page_bytes;
@@ -709,7 +791,7 @@ pub fn prefault(region: &mut [u8]) {
 /// that differ from `image`, consecutive pages merged, in order.
 pub fn changed_image_runs(memory: &[u8], image: &[u8]) -> Vec<Range<usize>> {
     let inside = &memory[..memory.len().min(image.len())];
-    let pages = changed_pages(inside, image, &(0..0));
+    let pages = changed_pages(inside, image, &(0..0), None);
     let mut runs = Vec::new();
     let mut i = 0;
     while i < pages.len() {
@@ -826,7 +908,101 @@ mod tests {
             host_state: b"{\"a\":1}",
             guest_hash: GUEST,
             max_payload_bytes: 1 << 20,
+            memory_maps_image: false,
         }
+    }
+
+    /// A private copy-on-write mapping of a file holding `image`, followed
+    /// by anonymous memory: how Wasmtime maps a linear memory.
+    #[cfg(target_os = "linux")]
+    struct MappedMemory {
+        base: *mut std::ffi::c_void,
+        len: usize,
+    }
+
+    #[cfg(target_os = "linux")]
+    impl MappedMemory {
+        fn new(image: &[u8], len: usize) -> MappedMemory {
+            use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+            use rustix::mm::{mmap, mmap_anonymous, MapFlags, ProtFlags};
+            let fd = memfd_create("image", MemfdFlags::CLOEXEC).unwrap();
+            ftruncate(&fd, image.len() as u64).unwrap();
+            rustix::io::write(&fd, image).unwrap();
+            let rw = ProtFlags::READ | ProtFlags::WRITE;
+            // SAFETY: fresh mappings the test owns until `drop`.
+            unsafe {
+                let base =
+                    mmap_anonymous(std::ptr::null_mut(), len, rw, MapFlags::PRIVATE).unwrap();
+                mmap(
+                    base,
+                    image.len(),
+                    rw,
+                    MapFlags::PRIVATE | MapFlags::FIXED,
+                    &fd,
+                    0,
+                )
+                .unwrap();
+                MappedMemory { base, len }
+            }
+        }
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: the mapping is `len` bytes, readable and writable.
+            unsafe { std::slice::from_raw_parts_mut(self.base.cast(), self.len) }
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Drop for MappedMemory {
+        fn drop(&mut self) {
+            // SAFETY: unmaps what `new` mapped.
+            unsafe { rustix::mm::munmap(self.base, self.len).unwrap() };
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn pages_never_written_in_a_mapped_image_are_not_compared() {
+        let image: Vec<u8> = (0..WASM_PAGE_BYTES * 2).map(|i| (i / 7) as u8).collect();
+        let mut mapped = MappedMemory::new(&image, WASM_PAGE_BYTES * 3);
+        let memory = mapped.bytes();
+        // Read everything (maps file pages and the zero page), write a few.
+        assert!(memory[..image.len()] == image[..]);
+        assert!(memory[image.len()..].iter().all(|&b| b == 0));
+        memory[3 * PAGE_BYTES + 5] ^= 0xFF; // changed
+        let same = memory[9 * PAGE_BYTES];
+        // SAFETY: an in-bounds write the compiler must not drop.
+        unsafe { std::ptr::write_volatile(&mut memory[9 * PAGE_BYTES], same) }; // written, unchanged
+        memory[20 * PAGE_BYTES + 1] ^= 1; // changed
+        memory[40 * PAGE_BYTES + 1] = 1; // beyond the image
+        let memory = &*memory;
+        let Some(written) = pagemap::written_pages(memory) else {
+            return; // no readable pagemap here: every page is compared
+        };
+        let marked: Vec<usize> = (0..written.len()).filter(|&i| written[i]).collect();
+        // Inside the image only the written pages; beyond it, pages that
+        // were read map the shared zero page, which is compared too.
+        let image_pages = image.len() / PAGE_BYTES;
+        assert_eq!(
+            marked
+                .iter()
+                .filter(|&&i| i < image_pages)
+                .collect::<Vec<_>>(),
+            [&3, &9, &20]
+        );
+        assert!(marked.contains(&40), "{marked:?}");
+        let mut c = checkpoint(memory, &image, 0..0);
+        c.memory_maps_image = true;
+        let encoded = encode(&c).unwrap();
+        let snapshot = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+        assert_eq!(snapshot.page_indexes, [3, 20, 40]);
+        assert_eq!(
+            snapshot.page_indexes,
+            changed_pages(memory, &image, &(0..0), None)
+        );
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snapshot.apply(&mut restored, image.len()).unwrap();
+        assert!(restored == memory);
     }
 
     #[test]
