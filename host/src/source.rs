@@ -262,22 +262,22 @@ fn check<'a>(
 /// The text of the cell function for a validated `source` whose wrapped
 /// parse is `program`.
 ///
-/// It is [`wrap_source`]'s text with one addition: a function declaration
-/// appended after the source closes over the body's top-level bindings
-/// ([`top_level_bindings`]), and the first line hands it to the function's
-/// one parameter (the prelude keeps it). When the cell returns, its frame
-/// is released, but the values of those bindings stay referenced, so the
-/// guest does not spend the end of the cell freeing them one object at a
-/// time: the instance is discarded as soon as the cell has finished. While
-/// the cell runs nothing changes (the frame holds the same values), and the
-/// kept function is never called.
+/// It is [`wrap_source`]'s text with one addition on the wrapper's own
+/// first line: the function's one parameter (the prelude's) is called with
+/// an arrow function that closes over the body's top-level bindings
+/// ([`top_level_bindings`]), and the prelude keeps it. When the cell
+/// returns, its frame is released, but the values of those bindings stay
+/// referenced, so the guest does not spend the end of the cell freeing them
+/// one object at a time: the instance is discarded as soon as the cell has
+/// ended. While the cell runs nothing changes (the frame holds the same
+/// values), and the arrow is never called, so bindings still in their
+/// temporal dead zone are never read.
 ///
-/// The additions keep the user's positions: they sit on the wrapper's own
-/// first line and after the source. Their two names are chosen so that
-/// neither occurs anywhere in the source. A body whose directive prologue
-/// makes it strict gets `"use strict"` ahead of the hand-over, which would
-/// otherwise end the prologue. A body with no top-level bindings gets the
-/// plain wrapper.
+/// The user's lines and columns are unchanged: the addition sits on the
+/// wrapper's line. The parameter's name is chosen so that it occurs nowhere
+/// in the source. A body whose directive prologue makes it strict gets
+/// `"use strict"` ahead of the hand-over, which would otherwise end the
+/// prologue. A body with no top-level bindings gets the plain wrapper.
 fn cell_function(source: &str, program: &Program<'_>) -> String {
     let Some(body) = wrapper_body(program) else {
         return wrap_source(source);
@@ -288,9 +288,8 @@ fn cell_function(source: &str, program: &Program<'_>) -> String {
     }
     let strict = body.directives.iter().any(|d| d.directive == "use strict");
     let keep = unused_name(source, "__qcKeep");
-    let frame = unused_name(source, "__qcFrame");
-    let mut text =
-        String::with_capacity(source.len() + 64 + names.iter().map(|n| n.len() + 1).sum::<usize>());
+    let names_len: usize = names.iter().map(|n| n.len() + 1).sum();
+    let mut text = String::with_capacity(source.len() + names_len + 64);
     text.push_str("(async (");
     text.push_str(&keep);
     text.push_str(") => {");
@@ -298,15 +297,11 @@ fn cell_function(source: &str, program: &Program<'_>) -> String {
         text.push_str("\"use strict\";");
     }
     text.push_str(&keep);
-    text.push('(');
-    text.push_str(&frame);
-    text.push_str(");\n");
-    text.push_str(source);
-    text.push_str("\n;function ");
-    text.push_str(&frame);
-    text.push_str("() { return [");
+    text.push_str("(() => [");
     text.push_str(&names.join(","));
-    text.push_str("]; }\n})");
+    text.push_str("]);\n");
+    text.push_str(source);
+    text.push_str(WRAPPER_SUFFIX);
     text
 }
 
@@ -1731,13 +1726,12 @@ mod tests {
                       if (a) { let inner = 1; var hoisted = 2 }\nreturn a";
         let text = prepared(source);
         assert!(
-            text.starts_with("(async (__qcKeep) => {__qcKeep(__qcFrame);\nconst a = 1"),
+            text.starts_with(
+                "(async (__qcKeep) => {__qcKeep(() => [a,b,d,e,f,g,h,i,J]);\nconst a = 1"
+            ),
             "{text}"
         );
-        assert!(
-            text.ends_with("\n;function __qcFrame() { return [a,b,d,e,f,g,h,i,J]; }\n})"),
-            "{text}"
-        );
+        assert!(text.ends_with("return a\n})"), "{text}");
         assert!(parses(&text), "{text}");
     }
 
@@ -1757,7 +1751,7 @@ mod tests {
     fn a_strict_body_stays_strict() {
         let text = prepared("'use strict'; const a = 1; return a");
         assert!(
-            text.starts_with("(async (__qcKeep) => {\"use strict\";__qcKeep(__qcFrame);\n"),
+            text.starts_with("(async (__qcKeep) => {\"use strict\";__qcKeep(() => [a]);\n"),
             "{text}"
         );
         // A directive that is not the prologue's, or is escaped, is not one.
@@ -1774,11 +1768,11 @@ mod tests {
     }
 
     #[test]
-    fn the_added_names_never_occur_in_the_source() {
-        let source = "const __qcKeep = 1, __qcFrame = 2, __qcFrame1 = 3; return __qcKeep";
+    fn the_added_name_never_occurs_in_the_source() {
+        let source = "const __qcKeep = 1, __qcKeep1 = 2; return __qcKeep";
         let text = prepared(source);
         assert!(
-            text.starts_with("(async (__qcKeep1) => {__qcKeep1(__qcFrame2);\n"),
+            text.starts_with("(async (__qcKeep2) => {__qcKeep2(() => [__qcKeep,__qcKeep1]);\n"),
             "{text}"
         );
         assert!(parses(&text), "{text}");
