@@ -18,11 +18,20 @@
 //!   size and where dlmalloc's allocation starts. Growing one past its size
 //!   moves it (QuickJS grows buffers geometrically, so this is amortized).
 //!
-//! Trade-off, written down: memory given to a size class stays with that
-//! class. A cell that fills the heap with blocks of one size, frees them and
-//! then allocates blocks of another size needs memory for both. Linear
-//! memory never shrinks anyway (snapshots hold the high-water mark), and the
-//! cell's `memoryLimitBytes` still bounds the total.
+//! - **Free pages.** Every span page counts its live blocks ([`LIVE`]).
+//!   [`release_free_pages`] (run after the garbage collection of a
+//!   checkpoint) takes the pages whose blocks are all free away from their
+//!   class, zeroes them and keeps them for the next span of any class. A
+//!   zeroed page beyond the module's image equals fresh memory, so a
+//!   snapshot does not store it: it holds the live heap, not its high-water
+//!   mark.
+//!
+//! Trade-off, written down: between checkpoints, memory given to a size
+//! class stays with that class. A cell that fills the heap with blocks of
+//! one size, frees them and then allocates blocks of another size needs
+//! memory for both. Linear memory never shrinks, and the cell's
+//! `memoryLimitBytes` still bounds the total. Free memory inside large
+//! blocks' dlmalloc heap is not released.
 //!
 //! Everything lives in linear memory (statics and the heap), so a snapshot
 //! carries the allocator's state like any other guest state. The guest is
@@ -60,6 +69,8 @@ struct State {
     free: [usize; CLASSES],
     /// Next uncarved byte of each class's current span, and its end.
     carve: [(usize, usize); CLASSES],
+    /// How many pages [`FREE_PAGES`] holds.
+    free_pages: usize,
     large: dlmalloc::Dlmalloc,
 }
 
@@ -71,6 +82,7 @@ unsafe impl Sync for Global {}
 static STATE: Global = Global(core::cell::UnsafeCell::new(State {
     free: [0; CLASSES],
     carve: [(0, 0); CLASSES],
+    free_pages: 0,
     large: dlmalloc::Dlmalloc::new(),
 }));
 
@@ -82,6 +94,21 @@ struct PageClasses(core::cell::UnsafeCell<[u8; 65536]>);
 unsafe impl Sync for PageClasses {}
 
 static PAGE_CLASS: PageClasses = PageClasses(core::cell::UnsafeCell::new([0; 65536]));
+
+/// A `u16` per Wasm page of the address space.
+struct PageTable(core::cell::UnsafeCell<[u16; 65536]>);
+
+// SAFETY: as for `Global`.
+unsafe impl Sync for PageTable {}
+
+/// Blocks handed out and not yet freed, per span page (a page holds at
+/// most 4,096 blocks).
+static LIVE: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
+
+/// Released, zeroed pages (their indexes), the first
+/// [`State::free_pages`] entries; taken for new spans before the memory
+/// grows.
+static FREE_PAGES: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
 
 #[inline(always)]
 fn state() -> *mut State {
@@ -95,17 +122,33 @@ fn class_of_page(addr: usize) -> usize {
     unsafe { (*PAGE_CLASS.0.get())[addr / WASM_PAGE] as usize }
 }
 
-/// Takes a fresh span for `class` and carves the first block from it.
+#[inline(always)]
+fn live(addr: usize) -> *mut u16 {
+    // SAFETY: single-threaded; the index is below 65536 for any wasm32
+    // address.
+    unsafe { &mut (*LIVE.0.get())[addr / WASM_PAGE] }
+}
+
+/// Takes a span for `class` (a released page, else a new one) and carves
+/// the first block from it.
 #[cold]
 unsafe fn refill(class: usize) -> *mut u8 {
-    let previous = wasm32::memory_grow(0, 1);
-    if previous == usize::MAX {
-        return ptr::null_mut();
-    }
-    let base = previous * WASM_PAGE;
-    (*PAGE_CLASS.0.get())[previous] = class as u8;
+    let s = state();
+    let page = if (*s).free_pages > 0 {
+        (*s).free_pages -= 1;
+        (*FREE_PAGES.0.get())[(*s).free_pages] as usize
+    } else {
+        let previous = wasm32::memory_grow(0, 1);
+        if previous == usize::MAX {
+            return ptr::null_mut();
+        }
+        previous
+    };
+    let base = page * WASM_PAGE;
+    (*PAGE_CLASS.0.get())[page] = class as u8;
     let size = class * CLASS_STEP;
-    (*state()).carve[class] = (base + size, base + WASM_PAGE - WASM_PAGE % size);
+    (*s).carve[class] = (base + size, base + WASM_PAGE - WASM_PAGE % size);
+    *live(base) = 1;
     base as *mut u8
 }
 
@@ -115,14 +158,62 @@ unsafe fn small_alloc(class: usize) -> *mut u8 {
     let head = (*s).free[class];
     if head != 0 {
         (*s).free[class] = *(head as *const usize);
+        *live(head) += 1;
         return head as *mut u8;
     }
     let (next, end) = (*s).carve[class];
     if next < end {
         (*s).carve[class].0 = next + class * CLASS_STEP;
+        *live(next) += 1;
         return next as *mut u8;
     }
     refill(class)
+}
+
+/// Whether span page `page` of `class` can be released: none of its
+/// blocks is live and it is not the span its class is carving.
+unsafe fn releasable(page: usize, class: usize) -> bool {
+    let (_, end) = (*state()).carve[class];
+    (*LIVE.0.get())[page] == 0 && !(end != 0 && (end - 1) / WASM_PAGE == page)
+}
+
+/// Releases every span page whose blocks are all free: its blocks leave
+/// their free list, the page is zeroed and kept for the next span of any
+/// class. Returns the number of pages released. Cost: one pass over the
+/// memory's pages and over the free lists.
+pub(crate) fn release_free_pages() -> usize {
+    // SAFETY: single-threaded (module docs); every address walked is a
+    // block on a free list or a page below the memory's size.
+    unsafe {
+        let s = state();
+        let classes = &mut *PAGE_CLASS.0.get();
+        let pages = wasm32::memory_size(0);
+        // Unlink the blocks of the pages about to go; their link words are
+        // read before the pages are zeroed.
+        for class in 1..CLASSES {
+            let mut link: *mut usize = &mut (*s).free[class];
+            while *link != 0 {
+                let block = *link;
+                if releasable(block / WASM_PAGE, class) {
+                    *link = *(block as *const usize);
+                } else {
+                    link = block as *mut usize;
+                }
+            }
+        }
+        let mut released = 0;
+        for (page, class) in classes.iter_mut().enumerate().take(pages) {
+            if *class == 0 || !releasable(page, *class as usize) {
+                continue;
+            }
+            *class = 0;
+            ptr::write_bytes((page * WASM_PAGE) as *mut u8, 0, WASM_PAGE);
+            (*FREE_PAGES.0.get())[(*s).free_pages] = page as u16;
+            (*s).free_pages += 1;
+            released += 1;
+        }
+        released
+    }
 }
 
 /// A large block aligned to `align` (a power of two, at least
@@ -172,6 +263,7 @@ unsafe fn release(block: *mut u8) {
         let s = state();
         *(block as *mut usize) = (*s).free[class];
         (*s).free[class] = block as usize;
+        *live(block as usize) -= 1;
     } else {
         let (raw, _) = large_header(block);
         (*state()).large.c_free(raw);

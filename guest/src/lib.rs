@@ -692,7 +692,8 @@ impl Guest for Component {
     }
 
     fn checkpoint() {
-        with_state(|state| unsafe { qjs::JS_RunGC(runtime_ptr(state)) })
+        with_state(|state| unsafe { qjs::JS_RunGC(runtime_ptr(state)) });
+        alloc::release_free_pages();
     }
 
     fn resume(random_seed: u64) {

@@ -237,6 +237,53 @@ async fn snapshot_limit_obeyed_and_exceeded() {
 }
 
 #[tokio::test]
+async fn garbage_freed_before_a_checkpoint_is_not_stored() {
+    // Each round builds ~3 MB of small blocks (a linked list whose nodes
+    // refer to themselves, so only the garbage collector frees them), drops
+    // it and parks. The checkpoint collects it and zeroes the allocator's
+    // emptied pages, so every snapshot stays far below the list's size; the
+    // next round (blocks of another size) reuses those pages.
+    let build = r#"
+        const build = (round) => {
+            let head = null;
+            for (let i = 0; i < 20000; i++) {
+                const node = {i, s: "item".repeat(round + 1) + i, next: head};
+                node.self = node;
+                head = node;
+            }
+            return head;
+        };
+        const sum = (head) => {
+            let n = 0, len = 0;
+            for (let node = head; node !== null; node = node.next) { n += node.i; len += node.s.length; }
+            return [n, len];
+        };
+    "#;
+    let dropped = format!(
+        "{build} const sums = []; for (let round = 0; round < 3; round++) {{ let list = build(round); sums.push(sum(list)); list = null; await yield_control(); }} return sums;"
+    );
+    let rt = runtime(Limits::default().with_max_snapshot_bytes(1 << 20)).await;
+    let mut r = rt.exec(exec(&dropped)).await;
+    for _ in 0..3 {
+        let id = waiting(&r).run_id.clone();
+        r = rt.wait(WaitInput::new(id)).await;
+    }
+    let n: u64 = (0..20000).sum();
+    let digits: u64 = (0..20000u64).map(|i| i.to_string().len() as u64).sum();
+    let expected: Vec<_> = (0..3u64)
+        .map(|round| json!([n, 20000 * 4 * (round + 1) + digits]))
+        .collect();
+    assert_eq!(value(&r), json!(expected));
+
+    // The same lists kept alive do not fit.
+    let kept = format!(
+        "{build} const lists = []; for (let round = 0; round < 3; round++) {{ lists.push(build(round)); await yield_control(); }} return lists.length;"
+    );
+    let r = rt.exec(exec(&kept)).await;
+    assert_eq!(failed(&r).code, ErrorCode::SnapshotLimitExceeded);
+}
+
+#[tokio::test]
 async fn a_tool_that_outlives_the_deadline_parks_then_completes_on_wait() {
     let mut slow = t("slow", "Slow tool");
     slow.delay = Duration::from_millis(700);
