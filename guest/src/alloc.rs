@@ -30,7 +30,7 @@
 //! class stays with that class. A cell that fills the heap with blocks of
 //! one size, frees them and then allocates blocks of another size needs
 //! memory for both. Linear memory never shrinks, and the cell's
-//! `memoryLimitBytes` still bounds the total. Free memory inside large
+//! `memoryLimitBytes` still bounds the total. Free memory inside the large
 //! blocks' dlmalloc heap is not released.
 //!
 //! Everything lives in linear memory (statics and the heap), so a snapshot
@@ -55,6 +55,23 @@ const CLASSES: usize = SMALL_MAX / CLASS_STEP + 1;
 /// A Wasm page: the unit of `memory.grow` and of a size class's span.
 const WASM_PAGE: usize = 65536;
 
+/// Smallest block that takes a run of whole pages (half a page: a run
+/// wastes less than half of itself).
+const HUGE_MIN: usize = WASM_PAGE / 2;
+
+/// Bytes in front of a huge block: the run's length in pages (a `u32`,
+/// padded to the block alignment).
+const HUGE_HEADER: usize = 16;
+
+/// [`PAGE_CLASS`] of a page of a huge block's run.
+const HUGE: u8 = 254;
+
+/// [`PAGE_CLASS`] of a free page that may hold old data.
+const FREE_DIRTY: u8 = 253;
+
+/// [`PAGE_CLASS`] of a free page that is all zeros.
+const FREE_CLEAN: u8 = 255;
+
 /// Bytes in front of a large block: where its dlmalloc allocation starts
 /// and its usable size (two `u32`s, padded to the block alignment).
 const LARGE_HEADER: usize = 16;
@@ -69,8 +86,10 @@ struct State {
     free: [usize; CLASSES],
     /// Next uncarved byte of each class's current span, and its end.
     carve: [(usize, usize); CLASSES],
-    /// How many pages [`FREE_PAGES`] holds.
+    /// How many pages are free ([`FREE_DIRTY`] or [`FREE_CLEAN`]).
     free_pages: usize,
+    /// No page below this one is free.
+    lowest_free: usize,
     large: dlmalloc::Dlmalloc,
 }
 
@@ -83,11 +102,13 @@ static STATE: Global = Global(core::cell::UnsafeCell::new(State {
     free: [0; CLASSES],
     carve: [(0, 0); CLASSES],
     free_pages: 0,
+    lowest_free: usize::MAX,
     large: dlmalloc::Dlmalloc::new(),
 }));
 
-/// The size class of every Wasm page of the 4 GiB address space (0 = not a
-/// span of a size class).
+/// What every Wasm page of the 4 GiB address space is: 0 = not the pool's
+/// (statics, dlmalloc), `1..CLASSES` = a span of that size class, [`HUGE`],
+/// [`FREE_DIRTY`] or [`FREE_CLEAN`].
 struct PageClasses(core::cell::UnsafeCell<[u8; 65536]>);
 
 // SAFETY: as for `Global`.
@@ -104,11 +125,6 @@ unsafe impl Sync for PageTable {}
 /// Blocks handed out and not yet freed, per span page (a page holds at
 /// most 4,096 blocks).
 static LIVE: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
-
-/// Released, zeroed pages (their indexes), the first
-/// [`State::free_pages`] entries; taken for new spans before the memory
-/// grows.
-static FREE_PAGES: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
 
 #[inline(always)]
 fn state() -> *mut State {
@@ -129,20 +145,56 @@ fn live(addr: usize) -> *mut u16 {
     unsafe { &mut (*LIVE.0.get())[addr / WASM_PAGE] }
 }
 
-/// Takes a span for `class` (a released page, else a new one) and carves
-/// the first block from it.
+fn is_free(kind: u8) -> bool {
+    kind == FREE_DIRTY || kind == FREE_CLEAN
+}
+
+/// Takes `n` consecutive pages: the lowest free run that fits, else new
+/// pages. The caller records what they become in [`PAGE_CLASS`].
+unsafe fn take_pages(n: usize) -> Option<usize> {
+    let s = state();
+    if (*s).free_pages >= n {
+        let kinds = &*PAGE_CLASS.0.get();
+        let pages = wasm32::memory_size(0);
+        let mut first_free = None;
+        let mut run = 0;
+        for (page, &kind) in kinds.iter().enumerate().take(pages).skip((*s).lowest_free) {
+            if !is_free(kind) {
+                run = 0;
+                continue;
+            }
+            first_free.get_or_insert(page);
+            run += 1;
+            if run == n {
+                let start = page + 1 - n;
+                (*s).free_pages -= n;
+                (*s).lowest_free = match first_free {
+                    Some(f) if f < start => f,
+                    _ => page + 1,
+                };
+                return Some(start);
+            }
+        }
+        (*s).lowest_free = first_free.unwrap_or(pages);
+    }
+    let previous = wasm32::memory_grow(0, n);
+    (previous != usize::MAX).then_some(previous)
+}
+
+/// Gives the pages `first..first + n` back to the pool.
+unsafe fn give_pages(first: usize, n: usize, kind: u8) {
+    let s = state();
+    (&mut *PAGE_CLASS.0.get())[first..first + n].fill(kind);
+    (*s).free_pages += n;
+    (*s).lowest_free = (*s).lowest_free.min(first);
+}
+
+/// Takes a span for `class` and carves the first block from it.
 #[cold]
 unsafe fn refill(class: usize) -> *mut u8 {
     let s = state();
-    let page = if (*s).free_pages > 0 {
-        (*s).free_pages -= 1;
-        (*FREE_PAGES.0.get())[(*s).free_pages] as usize
-    } else {
-        let previous = wasm32::memory_grow(0, 1);
-        if previous == usize::MAX {
-            return ptr::null_mut();
-        }
-        previous
+    let Some(page) = take_pages(1) else {
+        return ptr::null_mut();
     };
     let base = page * WASM_PAGE;
     (*PAGE_CLASS.0.get())[page] = class as u8;
@@ -177,10 +229,11 @@ unsafe fn releasable(page: usize, class: usize) -> bool {
     (*LIVE.0.get())[page] == 0 && !(end != 0 && (end - 1) / WASM_PAGE == page)
 }
 
-/// Releases every span page whose blocks are all free: its blocks leave
-/// their free list, the page is zeroed and kept for the next span of any
-/// class. Returns the number of pages released. Cost: one pass over the
-/// memory's pages and over the free lists.
+/// Releases every span page whose blocks are all free (its blocks leave
+/// their free list and the page joins the pool), then zeroes every free
+/// page that is not zero yet. Returns the number of span pages released.
+/// Cost: one pass over the memory's pages and over the free lists, plus
+/// the zeroing.
 pub(crate) fn release_free_pages() -> usize {
     // SAFETY: single-threaded (module docs); every address walked is a
     // block on a free list or a page below the memory's size.
@@ -202,18 +255,42 @@ pub(crate) fn release_free_pages() -> usize {
             }
         }
         let mut released = 0;
-        for (page, class) in classes.iter_mut().enumerate().take(pages) {
-            if *class == 0 || !releasable(page, *class as usize) {
-                continue;
+        for (page, kind) in classes.iter_mut().enumerate().take(pages) {
+            if (1..CLASSES as u8).contains(kind) && releasable(page, *kind as usize) {
+                *kind = FREE_DIRTY;
+                (*s).free_pages += 1;
+                (*s).lowest_free = (*s).lowest_free.min(page);
+                released += 1;
             }
-            *class = 0;
-            ptr::write_bytes((page * WASM_PAGE) as *mut u8, 0, WASM_PAGE);
-            (*FREE_PAGES.0.get())[(*s).free_pages] = page as u16;
-            (*s).free_pages += 1;
-            released += 1;
+            if *kind == FREE_DIRTY {
+                ptr::write_bytes((page * WASM_PAGE) as *mut u8, 0, WASM_PAGE);
+                *kind = FREE_CLEAN;
+            }
         }
         released
     }
+}
+
+/// A huge block: a run of whole pages behind [`HUGE_HEADER`].
+unsafe fn huge_alloc(size: usize) -> *mut u8 {
+    let Some(total) = size.checked_add(HUGE_HEADER) else {
+        return ptr::null_mut();
+    };
+    let n = total.div_ceil(WASM_PAGE);
+    let Some(first) = take_pages(n) else {
+        return ptr::null_mut();
+    };
+    (&mut *PAGE_CLASS.0.get())[first..first + n].fill(HUGE);
+    let base = first * WASM_PAGE;
+    *(base as *mut u32) = n as u32;
+    (base + HUGE_HEADER) as *mut u8
+}
+
+/// The first page and length of a huge block's run.
+#[inline(always)]
+unsafe fn huge_run(block: *mut u8) -> (usize, usize) {
+    let base = block as usize - HUGE_HEADER;
+    (base / WASM_PAGE, *(base as *const u32) as usize)
 }
 
 /// A large block aligned to `align` (a power of two, at least
@@ -248,8 +325,10 @@ unsafe fn large_header(block: *mut u8) -> (*mut u8, usize) {
 unsafe fn alloc(size: usize) -> *mut u8 {
     if size <= SMALL_MAX {
         small_alloc(size.max(1).div_ceil(CLASS_STEP))
-    } else {
+    } else if size < HUGE_MIN {
         large_alloc(size, CLASS_STEP)
+    } else {
+        huge_alloc(size)
     }
 }
 
@@ -258,15 +337,21 @@ unsafe fn release(block: *mut u8) {
     if block.is_null() {
         return;
     }
-    let class = class_of_page(block as usize);
-    if class != 0 {
-        let s = state();
-        *(block as *mut usize) = (*s).free[class];
-        (*s).free[class] = block as usize;
-        *live(block as usize) -= 1;
-    } else {
-        let (raw, _) = large_header(block);
-        (*state()).large.c_free(raw);
+    match class_of_page(block as usize) {
+        0 => {
+            let (raw, _) = large_header(block);
+            (*state()).large.c_free(raw);
+        }
+        class if class == HUGE as usize => {
+            let (first, n) = huge_run(block);
+            give_pages(first, n, FREE_DIRTY);
+        }
+        class => {
+            let s = state();
+            *(block as *mut usize) = (*s).free[class];
+            (*s).free[class] = block as usize;
+            *live(block as usize) -= 1;
+        }
     }
 }
 
@@ -276,6 +361,7 @@ unsafe fn usable_size(block: *mut u8) -> usize {
     }
     match class_of_page(block as usize) {
         0 => large_header(block).1,
+        class if class == HUGE as usize => huge_run(block).1 * WASM_PAGE - HUGE_HEADER,
         class => class * CLASS_STEP,
     }
 }

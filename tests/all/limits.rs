@@ -104,8 +104,31 @@ async fn memory_churned_far_beyond_the_limit_is_reused() {
     assert_eq!(value(&r), json!(expected));
 }
 
-/// Blocks on both sides of the allocator's small/large boundary (512
-/// bytes), grown in place and moved, keep their contents.
+/// Blocks of whole pages (32 KiB and up) go back to the allocator's page
+/// pool when freed: a cell that allocates and drops a 1 MB string and a
+/// 2 MB array sixty times (~180 MB in all) completes within an 8 MiB limit,
+/// and the same blocks kept alive exceed it.
+#[tokio::test]
+async fn huge_blocks_are_reused_and_kept_ones_exceed_the_limit() {
+    let churn = r#"let sum = 0;
+        for (let round = 0; round < 60; round++) {
+          const s = String.fromCharCode(97 + round % 26).repeat(1000000 + round);
+          const a = new Array(125000).fill(round);
+          sum += s.length + a[a.length - 1] + (s.charCodeAt(s.length - 1) - 97);
+        }
+        return sum;"#;
+    let r = run_with(Limits::default().with_memory_limit_bytes(8 * MIB), churn).await;
+    let expected: i64 = (0..60i64).map(|r| 1_000_000 + r + r + r % 26).sum();
+    assert_eq!(value(&r), json!(expected));
+
+    let kept = "const kept = []; for (let round = 0; round < 60; round++) kept.push('x'.repeat(1000000 + round)); return kept.length;";
+    let r = run_with(Limits::default().with_memory_limit_bytes(8 * MIB), kept).await;
+    assert_eq!(failed(&r).code, ErrorCode::MemoryLimitExceeded);
+}
+
+/// Blocks on both sides of the allocator's small/large (512 bytes) and
+/// large/huge (32 KiB) boundaries, grown in place and moved, keep their
+/// contents.
 #[tokio::test]
 async fn blocks_of_every_size_keep_their_contents() {
     let r = run(r#"const strings = [];
@@ -117,9 +140,13 @@ async fn blocks_of_every_size_keep_their_contents() {
         const okStrings = strings.every((s, j) => s.length === 1 + j * 7 && s[s.length - 1] === String.fromCharCode(65 + s.length % 26));
         const okGrown = grown.every((v, i) => v === i * 3);
         const okFloats = floats.every(f => f.every((v, k) => v === k / 2));
-        return [okStrings, okGrown, okFloats, strings.length, floats.length];"#)
+        const huge = [32000, 32751, 32752, 32768, 65519, 65520, 65536, 200000].map((n) =>
+          [n, new Float64Array(n >> 3).map((_, k) => k + n), String.fromCharCode(65 + n % 26).repeat(n)]);
+        const okHuge = huge.every(([n, f, s]) => f.length === n >> 3 && f.every((v, k) => v === k + n)
+          && s === String.fromCharCode(65 + n % 26).repeat(n));
+        return [okStrings, okGrown, okFloats, okHuge, strings.length, floats.length];"#)
     .await;
-    assert_eq!(value(&r), json!([true, true, true, 429, 47]));
+    assert_eq!(value(&r), json!([true, true, true, true, 429, 47]));
 }
 
 #[tokio::test]

@@ -281,6 +281,18 @@ async fn garbage_freed_before_a_checkpoint_is_not_stored() {
     );
     let r = rt.exec(exec(&kept)).await;
     assert_eq!(failed(&r).code, ErrorCode::SnapshotLimitExceeded);
+
+    // Blocks of whole pages (a 3 MB string, a 2 MB array) likewise.
+    let huge = "let s = 'x'.repeat(3000000), a = new Array(125000).fill(1); const n = s.length + a.length; s = a = null; await yield_control(); return n;";
+    let r = rt.exec(exec(huge)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(value(&rt.wait(WaitInput::new(id)).await), json!(3125000));
+    let r = rt
+        .exec(exec(
+            "const s = 'x'.repeat(3000000); await yield_control(); return s.length;",
+        ))
+        .await;
+    assert_eq!(failed(&r).code, ErrorCode::SnapshotLimitExceeded);
 }
 
 #[tokio::test]
