@@ -9,29 +9,36 @@
 //!
 //! - **Small blocks** (up to [`SMALL_MAX`] bytes) are served from size
 //!   classes in steps of [`CLASS_STEP`] bytes. Each class carves blocks
-//!   from its own spans — whole Wasm pages taken with `memory.grow` — and
-//!   keeps freed blocks on a singly linked free list: `malloc` and `free`
-//!   are a few loads and stores. A page's class is recorded in
-//!   [`PAGE_CLASS`], so `free` and `malloc_usable_size` need no header.
-//! - **Large blocks** come from the `dlmalloc` crate (the same algorithm
-//!   as wasi-libc's), behind a 16-byte header that records the block's
-//!   size and where dlmalloc's allocation starts. Growing one past its size
-//!   moves it (QuickJS grows buffers geometrically, so this is amortized).
-//!
-//! - **Free pages.** Every span page counts its live blocks ([`LIVE`]).
-//!   [`release_free_pages`] (run after the garbage collection of a
-//!   checkpoint) takes the pages whose blocks are all free away from their
-//!   class, zeroes them and keeps them for the next span of any class. A
+//!   from its own spans — whole Wasm pages from the page pool — and keeps
+//!   freed blocks on a singly linked free list: `malloc` and `free` are a
+//!   few loads and stores. What each page is (a class's span, part of a
+//!   huge block, free) is recorded in [`PAGE_CLASS`], so `free` and
+//!   `malloc_usable_size` need no header for small blocks.
+//! - **Large blocks** (up to [`HUGE_MIN`]) come from the `dlmalloc` crate
+//!   (the same algorithm as wasi-libc's), behind a 16-byte header that
+//!   records the block's size and where dlmalloc's allocation starts.
+//!   Growing one past its size moves it (QuickJS grows buffers
+//!   geometrically, so this is amortized).
+//! - **Huge blocks** (from [`HUGE_MIN`] bytes) take a run of whole pages
+//!   from the page pool behind a 16-byte header that records the run's
+//!   length; freeing one gives its pages back.
+//! - **The page pool.** Spans and huge blocks take the lowest free run
+//!   that fits before the memory grows (`memory.grow`). Every span page
+//!   counts its live blocks ([`LIVE`]). [`release_free_pages`] (run after
+//!   the garbage collection of a checkpoint) gives the span pages whose
+//!   blocks are all free back to the pool and zeroes every free page. A
 //!   zeroed page beyond the module's image equals fresh memory, so a
-//!   snapshot does not store it: it holds the live heap, not its high-water
-//!   mark.
+//!   snapshot does not store it: it holds the live heap, not its
+//!   high-water mark.
 //!
 //! Trade-off, written down: between checkpoints, memory given to a size
 //! class stays with that class. A cell that fills the heap with blocks of
 //! one size, frees them and then allocates blocks of another size needs
 //! memory for both. Linear memory never shrinks, and the cell's
 //! `memoryLimitBytes` still bounds the total. Free memory inside the large
-//! blocks' dlmalloc heap is not released.
+//! blocks' dlmalloc heap is not given back. A free run at the end of the
+//! memory that is too short for a huge block is not extended: the block
+//! takes new pages.
 //!
 //! Everything lives in linear memory (statics and the heap), so a snapshot
 //! carries the allocator's state like any other guest state. The guest is
