@@ -200,14 +200,14 @@ impl Limits {
         self
     }
 
-    /// The Wasm linear-memory cap of a cell whose runtime image is
-    /// `image_bytes`: image + heap limit + 25% allocator overhead.
     /// Largest settlement value a cell receives, in bytes of JSON: the
     /// contract's reply inbox, `min(memoryLimitBytes, maxSnapshotBytes)`.
     pub(crate) fn reply_inbox_bytes(&self) -> usize {
         self.memory_limit_bytes.min(self.max_snapshot_bytes) as usize
     }
 
+    /// The Wasm linear-memory cap of a cell whose runtime image is
+    /// `image_bytes`: image + heap limit + 25% allocator overhead.
     pub(crate) fn linear_memory_cap(&self, image_bytes: usize) -> usize {
         let heap = self.memory_limit_bytes as usize;
         image_bytes + heap + heap / 4
