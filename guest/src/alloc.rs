@@ -23,10 +23,11 @@
 //!   from the page pool behind a 16-byte header that records the run's
 //!   length; freeing one gives its pages back.
 //! - **The page pool.** Spans and huge blocks take the lowest free run
-//!   that fits before the memory grows (`memory.grow`). Every span page
-//!   counts its live blocks ([`LIVE`]). [`release_free_pages`] (run after
-//!   the garbage collection of a checkpoint) gives the span pages whose
-//!   blocks are all free back to the pool and zeroes every free page. A
+//!   that fits before the memory grows (`memory.grow`).
+//!   [`release_free_pages`] (run at a checkpoint, after any garbage
+//!   collection) counts the free blocks of every span page by walking the
+//!   free lists, gives the span pages whose blocks are all free back to the
+//!   pool and zeroes every free page; the fast paths count nothing. A
 //!   zeroed page beyond the module's image equals fresh memory, so a
 //!   snapshot does not store it: it holds the live heap, not its
 //!   high-water mark.
@@ -97,6 +98,10 @@ struct State {
     free_pages: usize,
     /// No page below this one is free.
     lowest_free: usize,
+    /// Bytes of new spans, huge blocks and large blocks handed out since
+    /// [`reset_allocated_bytes`] (counted off the fast paths: a small block
+    /// taken from a free list or the current span is not counted).
+    allocated: u64,
     large: dlmalloc::Dlmalloc,
 }
 
@@ -110,6 +115,7 @@ static STATE: Global = Global(core::cell::UnsafeCell::new(State {
     carve: [(0, 0); CLASSES],
     free_pages: 0,
     lowest_free: usize::MAX,
+    allocated: 0,
     large: dlmalloc::Dlmalloc::new(),
 }));
 
@@ -129,9 +135,8 @@ struct PageTable(core::cell::UnsafeCell<[u16; 65536]>);
 // SAFETY: as for `Global`.
 unsafe impl Sync for PageTable {}
 
-/// Blocks handed out and not yet freed, per span page (a page holds at
-/// most 4,096 blocks).
-static LIVE: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
+/// Scratch for [`release_free_pages`]: free blocks per span page.
+static FREE_BLOCKS: PageTable = PageTable(core::cell::UnsafeCell::new([0; 65536]));
 
 #[inline(always)]
 fn state() -> *mut State {
@@ -145,11 +150,11 @@ fn class_of_page(addr: usize) -> usize {
     unsafe { (*PAGE_CLASS.0.get())[addr / WASM_PAGE] as usize }
 }
 
+/// Whether a [`PAGE_CLASS`] entry is a size class (one comparison: the
+/// hot paths test this first).
 #[inline(always)]
-fn live(addr: usize) -> *mut u16 {
-    // SAFETY: single-threaded; the index is below 65536 for any wasm32
-    // address.
-    unsafe { &mut (*LIVE.0.get())[addr / WASM_PAGE] }
+fn is_class(kind: usize) -> bool {
+    kind.wrapping_sub(1) < CLASSES - 1
 }
 
 fn is_free(kind: u8) -> bool {
@@ -203,11 +208,11 @@ unsafe fn refill(class: usize) -> *mut u8 {
     let Some(page) = take_pages(1) else {
         return ptr::null_mut();
     };
+    (*s).allocated += WASM_PAGE as u64;
     let base = page * WASM_PAGE;
     (*PAGE_CLASS.0.get())[page] = class as u8;
     let size = class * CLASS_STEP;
     (*s).carve[class] = (base + size, base + WASM_PAGE - WASM_PAGE % size);
-    *live(base) = 1;
     base as *mut u8
 }
 
@@ -217,37 +222,47 @@ unsafe fn small_alloc(class: usize) -> *mut u8 {
     let head = (*s).free[class];
     if head != 0 {
         (*s).free[class] = *(head as *const usize);
-        *live(head) += 1;
         return head as *mut u8;
     }
     let (next, end) = (*s).carve[class];
     if next < end {
         (*s).carve[class].0 = next + class * CLASS_STEP;
-        *live(next) += 1;
         return next as *mut u8;
     }
     refill(class)
 }
 
-/// Whether span page `page` of `class` can be released: none of its
-/// blocks is live and it is not the span its class is carving.
+/// Whether span page `page` of `class` can be released, once
+/// [`FREE_BLOCKS`] holds its free-block count: every block it holds is
+/// free, and it is not the span its class is carving (whose uncarved
+/// blocks are on no list).
 unsafe fn releasable(page: usize, class: usize) -> bool {
     let (_, end) = (*state()).carve[class];
-    (*LIVE.0.get())[page] == 0 && !(end != 0 && (end - 1) / WASM_PAGE == page)
+    let blocks = WASM_PAGE / (class * CLASS_STEP);
+    (*FREE_BLOCKS.0.get())[page] as usize == blocks && !(end != 0 && (end - 1) / WASM_PAGE == page)
 }
 
 /// Releases every span page whose blocks are all free (its blocks leave
 /// their free list and the page joins the pool), then zeroes every free
 /// page that is not zero yet. Returns the number of span pages released.
-/// Cost: one pass over the memory's pages and over the free lists, plus
-/// the zeroing.
+/// Cost: two passes over the memory's pages and two over the free lists,
+/// plus the zeroing.
 pub(crate) fn release_free_pages() -> usize {
     // SAFETY: single-threaded (module docs); every address walked is a
     // block on a free list or a page below the memory's size.
     unsafe {
         let s = state();
         let classes = &mut *PAGE_CLASS.0.get();
+        let free_blocks = &mut *FREE_BLOCKS.0.get();
         let pages = wasm32::memory_size(0);
+        free_blocks[..pages].fill(0);
+        for class in 1..CLASSES {
+            let mut block = (*s).free[class];
+            while block != 0 {
+                free_blocks[block / WASM_PAGE] += 1;
+                block = *(block as *const usize);
+            }
+        }
         // Unlink the blocks of the pages about to go; their link words are
         // read before the pages are zeroed.
         for class in 1..CLASSES {
@@ -263,7 +278,7 @@ pub(crate) fn release_free_pages() -> usize {
         }
         let mut released = 0;
         for (page, kind) in classes.iter_mut().enumerate().take(pages) {
-            if (1..CLASSES as u8).contains(kind) && releasable(page, *kind as usize) {
+            if is_class(*kind as usize) && releasable(page, *kind as usize) {
                 *kind = FREE_DIRTY;
                 (*s).free_pages += 1;
                 (*s).lowest_free = (*s).lowest_free.min(page);
@@ -278,6 +293,20 @@ pub(crate) fn release_free_pages() -> usize {
     }
 }
 
+/// Bytes of spans, huge blocks and large blocks handed out since the last
+/// [`reset_allocated_bytes`], freed or not: how much the heap can have
+/// grown (and garbage built up) since, up to the space free lists reuse.
+pub(crate) fn allocated_bytes() -> u64 {
+    // SAFETY: single-threaded (module docs).
+    unsafe { (*state()).allocated }
+}
+
+/// Starts [`allocated_bytes`] from zero.
+pub(crate) fn reset_allocated_bytes() {
+    // SAFETY: single-threaded (module docs).
+    unsafe { (*state()).allocated = 0 }
+}
+
 /// A huge block: a run of whole pages behind [`HUGE_HEADER`].
 unsafe fn huge_alloc(size: usize) -> *mut u8 {
     let Some(total) = size.checked_add(HUGE_HEADER) else {
@@ -287,6 +316,7 @@ unsafe fn huge_alloc(size: usize) -> *mut u8 {
     let Some(first) = take_pages(n) else {
         return ptr::null_mut();
     };
+    (*state()).allocated += (n * WASM_PAGE) as u64;
     (&mut *PAGE_CLASS.0.get())[first..first + n].fill(HUGE);
     let base = first * WASM_PAGE;
     *(base as *mut u32) = n as u32;
@@ -313,6 +343,7 @@ unsafe fn large_alloc(size: usize, align: usize) -> *mut u8 {
     if raw.is_null() {
         return raw;
     }
+    (*state()).allocated += total as u64;
     // The block starts at the first `align` boundary that leaves room for
     // the header; `total` covers the worst case for `raw`'s alignment.
     let block = (raw as usize + LARGE_HEADER + align - 1) & !(align - 1);
@@ -344,21 +375,17 @@ unsafe fn release(block: *mut u8) {
     if block.is_null() {
         return;
     }
-    match class_of_page(block as usize) {
-        0 => {
-            let (raw, _) = large_header(block);
-            (*state()).large.c_free(raw);
-        }
-        class if class == HUGE as usize => {
-            let (first, n) = huge_run(block);
-            give_pages(first, n, FREE_DIRTY);
-        }
-        class => {
-            let s = state();
-            *(block as *mut usize) = (*s).free[class];
-            (*s).free[class] = block as usize;
-            *live(block as usize) -= 1;
-        }
+    let class = class_of_page(block as usize);
+    if is_class(class) {
+        let s = state();
+        *(block as *mut usize) = (*s).free[class];
+        (*s).free[class] = block as usize;
+    } else if class == 0 {
+        let (raw, _) = large_header(block);
+        (*state()).large.c_free(raw);
+    } else {
+        let (first, n) = huge_run(block);
+        give_pages(first, n, FREE_DIRTY);
     }
 }
 
@@ -366,10 +393,13 @@ unsafe fn usable_size(block: *mut u8) -> usize {
     if block.is_null() {
         return 0;
     }
-    match class_of_page(block as usize) {
-        0 => large_header(block).1,
-        class if class == HUGE as usize => huge_run(block).1 * WASM_PAGE - HUGE_HEADER,
-        class => class * CLASS_STEP,
+    let class = class_of_page(block as usize);
+    if is_class(class) {
+        class * CLASS_STEP
+    } else if class == 0 {
+        large_header(block).1
+    } else {
+        huge_run(block).1 * WASM_PAGE - HUGE_HEADER
     }
 }
 

@@ -237,6 +237,30 @@ async fn snapshot_limit_obeyed_and_exceeded() {
 }
 
 #[tokio::test]
+async fn a_small_cell_parks_without_rewriting_the_heap() {
+    // A collection rewrites the links and marks of every object, the
+    // pre-initialized runtime's included (~230 KB of changed pages for a
+    // one-tool cell, against ~120 KB without), so a checkpoint collects
+    // only after the cell has taken 1 MiB of new heap. Gate: a cell that
+    // starts a call and yields parks under a 160 KiB payload limit.
+    let (rt, _) = runtime_with(
+        vec![t("lookup", "Looks a value up")],
+        Limits::default().with_max_snapshot_bytes(160 * 1024),
+    )
+    .await;
+    let r = rt
+        .exec(exec(
+            "const p = lookup({value: 'a'}); await yield_control(); return (await p).input;",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(
+        value(&rt.wait(WaitInput::new(id)).await),
+        json!({"value": "a"})
+    );
+}
+
+#[tokio::test]
 async fn garbage_freed_before_a_checkpoint_is_not_stored() {
     // Each round builds ~3 MB of small blocks (a linked list whose nodes
     // refer to themselves, so only the garbage collector frees them), drops
