@@ -6,7 +6,9 @@
 //! A call (`exec` or `wait`) ends in one of three ways: the cell completes,
 //! fails, or *parks*. It parks when a `yield` is pending, or when host work
 //! is still unsettled as the call's remaining budget reaches the resume
-//! margin ([`resume_margin`]). Parking collects garbage, encodes a snapshot
+//! margin ([`resume_margin`]). Parking prepares the guest's heap (garbage
+//! collection once the cell has taken 1 MiB of new heap, then the
+//! allocator's free pages zeroed), encodes a snapshot
 //! (`quickcell-snapshot`: changed pages as XOR deltas, the stack pointer,
 //! and [`HostState`]), stores it in the state store and hands the bridge to
 //! the run registry, which keeps its requests running. `wait` claims the
@@ -646,7 +648,8 @@ impl LiveCell {
     /// Checkpoints the cell and parks it (contract §9.3).
     async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
         let checkpoint_started = Instant::now();
-        // Collect garbage so the snapshot holds live data; it costs the
+        // Collect garbage (past 1 MiB of new heap) and zero the free pages
+        // so the snapshot holds live data; it costs the
         // cell no fuel.
         let fuel = self.store.get_fuel().unwrap_or(0);
         if let Err(err) = self.exports.checkpoint(&mut self.store).await {
