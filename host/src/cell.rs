@@ -649,8 +649,7 @@ impl LiveCell {
     async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
         let checkpoint_started = Instant::now();
         // Collect garbage (past 1 MiB of new heap) and zero the free pages
-        // so the snapshot holds live data; it costs the
-        // cell no fuel.
+        // so the snapshot holds live data; it costs the cell no fuel.
         let fuel = self.store.get_fuel().unwrap_or(0);
         if let Err(err) = self.exports.checkpoint(&mut self.store).await {
             let ending = ending_from_trap(err, self.store.data());
