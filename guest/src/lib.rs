@@ -608,12 +608,12 @@ thread_local! {
 
 /// A checkpoint collects garbage only once the allocator has handed out
 /// this many bytes of new spans and large blocks since the last checkpoint
-/// that did (or since the cell started):
-/// a collection rewrites the list links and marks of every object in the
-/// heap, the pre-initialized runtime's included, so on a small heap it
-/// dirties more pages (~28, 112 KiB, for a one-tool cell) than the garbage
-/// it could free. Garbage without cycles is freed when it is dropped, and
-/// QuickJS also collects on its own as its heap grows.
+/// that did (or since the cell started). A collection rewrites the list
+/// links and marks of every object in the heap, the pre-initialized
+/// runtime's included, so on a small heap it dirties more pages (~28 pages,
+/// 112 KiB, for a one-tool cell) than the garbage it could free. Garbage
+/// without cycles is freed when it is dropped, and QuickJS also collects on
+/// its own as its heap grows.
 const COLLECT_AFTER_BYTES: u64 = 1 << 20;
 
 struct Component;
