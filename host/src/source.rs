@@ -98,9 +98,9 @@ use std::collections::HashSet;
 
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{
-    ArrowFunctionBody, BindingIdentifier, CallExpression, Expression, FunctionBody,
-    ImportExpression, ModuleDeclaration, NewExpression, Program, Statement,
-    TaggedTemplateExpression,
+    ArrowFunctionBody, ArrowFunctionExpression, BindingIdentifier, CallExpression, Expression,
+    FunctionBody, ImportExpression, ModuleDeclaration, NewExpression, ParenthesizedExpression,
+    Program, Statement, TaggedTemplateExpression,
 };
 use oxc_ast_visit::{walk, Visit};
 use oxc_diagnostics::OxcDiagnostic;
@@ -308,17 +308,27 @@ fn cell_function(source: &str, program: &Program<'_>) -> String {
 /// The body of the wrapper's arrow function, when the program is exactly
 /// the wrapper.
 fn wrapper_body<'p, 'a>(program: &'p Program<'a>) -> Option<&'p FunctionBody<'a>> {
+    match &wrapper_arrow(program)?.1.body {
+        ArrowFunctionBody::FunctionBody(body) => Some(&**body),
+        _ => None,
+    }
+}
+
+/// The parenthesized arrow function the program consists of, if it does.
+fn wrapper_arrow<'p, 'a>(
+    program: &'p Program<'a>,
+) -> Option<(
+    &'p ParenthesizedExpression<'a>,
+    &'p ArrowFunctionExpression<'a>,
+)> {
     let [Statement::ExpressionStatement(statement)] = program.body.as_slice() else {
         return None;
     };
     let Expression::ParenthesizedExpression(paren) = &statement.expression else {
         return None;
     };
-    let Expression::ArrowFunctionExpression(arrow) = &paren.expression else {
-        return None;
-    };
-    match &arrow.body {
-        ArrowFunctionBody::FunctionBody(body) => Some(body),
+    match &paren.expression {
+        Expression::ArrowFunctionExpression(arrow) => Some((paren, arrow)),
         _ => None,
     }
 }
@@ -486,15 +496,8 @@ fn diagnostic_position(diagnostic: &OxcDiagnostic, prefix: usize, user_end: usiz
 
 /// `true` when the program is exactly the wrapper's parenthesized arrow.
 fn wrapper_intact(program: &Program<'_>, wrapped_len: usize) -> bool {
-    let [Statement::ExpressionStatement(statement)] = program.body.as_slice() else {
-        return false;
-    };
-    let Expression::ParenthesizedExpression(paren) = &statement.expression else {
-        return false;
-    };
-    paren.span.start == 0
-        && paren.span.end as usize == wrapped_len
-        && matches!(paren.expression, Expression::ArrowFunctionExpression(_))
+    wrapper_arrow(program)
+        .is_some_and(|(paren, _)| paren.span.start == 0 && paren.span.end as usize == wrapped_len)
 }
 
 /// Finds a `}` in the user's source that closes the wrapper's function body
