@@ -193,10 +193,11 @@ unsafe fn take_pages(n: usize) -> Option<usize> {
     (previous != usize::MAX).then_some(previous)
 }
 
-/// Gives the pages `first..first + n` back to the pool.
-unsafe fn give_pages(first: usize, n: usize, kind: u8) {
+/// Gives the pages `first..first + n` back to the pool (to be zeroed at
+/// the next checkpoint).
+unsafe fn give_pages(first: usize, n: usize) {
     let s = state();
-    (&mut *PAGE_CLASS.0.get())[first..first + n].fill(kind);
+    (&mut *PAGE_CLASS.0.get())[first..first + n].fill(FREE_DIRTY);
     (*s).free_pages += n;
     (*s).lowest_free = (*s).lowest_free.min(first);
 }
@@ -244,10 +245,9 @@ unsafe fn releasable(page: usize, class: usize) -> bool {
 
 /// Releases every span page whose blocks are all free (its blocks leave
 /// their free list and the page joins the pool), then zeroes every free
-/// page that is not zero yet. Returns the number of span pages released.
-/// Cost: two passes over the memory's pages and two over the free lists,
+/// page that is not zero yet. Cost: two passes over the memory's pages and two over the free lists,
 /// plus the zeroing.
-pub(crate) fn release_free_pages() -> usize {
+pub(crate) fn release_free_pages() {
     // SAFETY: single-threaded (module docs); every address walked is a
     // block on a free list or a page below the memory's size.
     unsafe {
@@ -276,20 +276,17 @@ pub(crate) fn release_free_pages() -> usize {
                 }
             }
         }
-        let mut released = 0;
         for (page, kind) in classes.iter_mut().enumerate().take(pages) {
-            if is_class(*kind as usize) && releasable(page, *kind as usize) {
-                *kind = FREE_DIRTY;
+            let released = is_class(*kind as usize) && releasable(page, *kind as usize);
+            if released {
                 (*s).free_pages += 1;
                 (*s).lowest_free = (*s).lowest_free.min(page);
-                released += 1;
             }
-            if *kind == FREE_DIRTY {
+            if released || *kind == FREE_DIRTY {
                 ptr::write_bytes((page * WASM_PAGE) as *mut u8, 0, WASM_PAGE);
                 *kind = FREE_CLEAN;
             }
         }
-        released
     }
 }
 
@@ -385,7 +382,7 @@ unsafe fn release(block: *mut u8) {
         (*state()).large.c_free(raw);
     } else {
         let (first, n) = huge_run(block);
-        give_pages(first, n, FREE_DIRTY);
+        give_pages(first, n);
     }
 }
 
