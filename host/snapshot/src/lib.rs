@@ -94,8 +94,9 @@ pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
 /// parallel compression and decompression.
 pub const PAGES_PER_FRAME: usize = 512;
 
-/// Most threads one encode or restore uses (fewer on machines with fewer
-/// cores). Snapshots with fewer than [`PARALLEL_PAYLOAD_BYTES`] of pages
+/// Threads of the pool that encodes and restores large snapshots (fewer on
+/// machines with fewer cores), shared by all of the process's snapshots.
+/// Snapshots with fewer than [`PARALLEL_PAYLOAD_BYTES`] of pages
 /// are handled on the calling thread.
 pub const MAX_CODEC_THREADS: usize = 4;
 
@@ -351,55 +352,37 @@ fn written_pages(c: &Checkpoint<'_>) -> Option<Vec<bool>> {
     None
 }
 
-/// Threads worth using for `page_bytes` of page deltas in `frames` frames.
-fn codec_threads(page_bytes: usize, frames: usize) -> usize {
-    if page_bytes < PARALLEL_PAYLOAD_BYTES {
-        return 1;
-    }
-    // `available_parallelism` reads cgroup files on Linux: once per process.
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    cores.min(MAX_CODEC_THREADS).min(frames).max(1)
-}
-
-/// Runs `work` over `jobs` on up to `threads` threads (the calling thread
-/// included), handing job `i` to thread `i % threads`; results keep the
-/// jobs' order.
+/// Runs `work` over `jobs`, on the codec pool when `page_bytes` of page
+/// deltas reach [`PARALLEL_PAYLOAD_BYTES`], else on the calling thread;
+/// results keep the jobs' order.
+///
+/// The pool (rayon, one thread per core, at most [`MAX_CODEC_THREADS`]) is
+/// made on first use and lives on, so its threads' compression contexts
+/// ([`with_cctx`]) are made once, not once per snapshot, and idle threads
+/// take the next frame (a frame of mostly zeros is quick).
 fn run_parallel<J: Send, R: Send>(
     jobs: Vec<J>,
-    threads: usize,
-    work: impl Fn(J) -> R + Sync,
+    page_bytes: usize,
+    work: impl Fn(J) -> R + Sync + Send,
 ) -> Vec<R> {
-    if threads <= 1 {
+    if page_bytes < PARALLEL_PAYLOAD_BYTES || jobs.len() < 2 {
         return jobs.into_iter().map(work).collect();
     }
-    let count = jobs.len();
-    let mut lanes: Vec<Vec<(usize, J)>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, job) in jobs.into_iter().enumerate() {
-        lanes[i % threads].push((i, job));
-    }
-    let work = &work;
-    let run_lane = move |lane: Vec<(usize, J)>| -> Vec<(usize, R)> {
-        lane.into_iter().map(|(i, job)| (i, work(job))).collect()
-    };
-    let mut own = lanes.remove(0);
-    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = lanes
-            .into_iter()
-            .map(|lane| scope.spawn(move || run_lane(lane)))
-            .collect();
-        let mut done = run_lane(std::mem::take(&mut own));
-        for handle in handles {
-            match handle.join() {
-                Ok(part) => done.extend(part),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        done
+    use rayon::iter::{IntoParallelIterator, ParallelIterator};
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let pool = POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(cores.min(MAX_CODEC_THREADS))
+            .thread_name(|i| format!("quickcell-codec-{i}"))
+            .build()
+            .ok()
     });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    debug_assert_eq!(done.len(), count);
-    done.into_iter().map(|(_, r)| r).collect()
+    match pool {
+        Some(pool) => pool.install(|| jobs.into_par_iter().map(work).collect()),
+        // No threads to be had: the calling thread does it all.
+        None => jobs.into_iter().map(work).collect(),
+    }
 }
 
 /// Encodes a checkpoint.
@@ -450,8 +433,7 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
         with_cctx(|cctx| compress_frame(cctx, c, indexes))
     };
     let chunks: Vec<&[u32]> = pages.chunks(PAGES_PER_FRAME).collect();
-    let threads = codec_threads(page_bytes, chunks.len());
-    let frames = run_parallel(chunks, threads, compress_pages);
+    let frames = run_parallel(chunks, page_bytes, compress_pages);
     let head_frame = compress_head().map_err(failed)?;
     let compressed: usize = frames.iter().map(|f| f.as_ref().map_or(0, Vec::len)).sum();
     let mut out = Vec::with_capacity(HEADER_BYTES + head_frame.len() + compressed);
@@ -472,28 +454,41 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
 }
 
 /// Compresses the XOR deltas of the pages `indexes` of `c` as one frame.
+///
+/// One-shot over one contiguous buffer: zstd's streaming mode copies its
+/// input into a window and, fed page by page, takes its slower
+/// external-dictionary path. A run of consecutive pages beyond the image
+/// (where the delta is the page itself: most of a large heap) is
+/// compressed straight from the memory, without a copy.
 fn compress_frame(
     cctx: &mut zstd::zstd_safe::CCtx<'static>,
     c: &Checkpoint<'_>,
     indexes: &[u32],
 ) -> std::io::Result<Vec<u8>> {
     let bytes = indexes.len() * PAGE_BYTES;
-    let mut encoder = zstd::stream::Encoder::with_context(Vec::with_capacity(bytes / 8), cctx);
-    encoder.set_pledged_src_size(Some(bytes as u64))?;
-    encoder.include_contentsize(true)?;
-    let mut delta = [0u8; PAGE_BYTES];
-    for &index in indexes {
-        let start = index as usize * PAGE_BYTES;
-        let page = &c.memory[start..start + PAGE_BYTES];
-        if start >= c.image.len() {
-            // Beyond the image the base is zeros: the delta is the page.
-            encoder.write_all(page)?;
-        } else {
-            xor_into(&mut delta, page, image_page(c.image, start));
-            encoder.write_all(&delta)?;
+    let first = indexes.first().map_or(0, |&i| i as usize * PAGE_BYTES);
+    let consecutive = indexes.windows(2).all(|w| w[1] == w[0] + 1);
+    let mut deltas = Vec::new();
+    let src: &[u8] = if consecutive && first >= c.image.len() {
+        &c.memory[first..first + bytes]
+    } else {
+        deltas.resize(bytes, 0);
+        for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
+            let start = index as usize * PAGE_BYTES;
+            let page = &c.memory[start..start + PAGE_BYTES];
+            if start >= c.image.len() {
+                // Beyond the image the base is zeros: the delta is the page.
+                delta.copy_from_slice(page);
+            } else {
+                xor_into(delta, page, image_page(c.image, start));
+            }
         }
-    }
-    encoder.finish()
+        &deltas
+    };
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes));
+    cctx.compress2(&mut out, src)
+        .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
+    Ok(out)
 }
 
 /// Runs `f` with this thread's compression context, set to [`ZSTD_LEVEL`]:
@@ -906,10 +901,11 @@ impl Snapshot<'_> {
                 base: start,
             });
         }
-        let threads = codec_threads(self.page_indexes.len() * PAGE_BYTES, jobs.len());
-        run_parallel(jobs, threads, |job| job.run(image_bytes))
-            .into_iter()
-            .collect()
+        run_parallel(jobs, self.page_indexes.len() * PAGE_BYTES, |job| {
+            job.run(image_bytes)
+        })
+        .into_iter()
+        .collect()
     }
 
     /// Number of stored pages.
@@ -1083,14 +1079,15 @@ mod tests {
     #[test]
     fn large_snapshots_round_trip_through_parallel_frames() {
         // 1 MiB image, 9 MiB of memory: changed pages inside the image and
-        // runs beyond it, broken by unchanged (zero) pages, across several
-        // frames and threads.
+        // runs beyond it, broken by unchanged (zero) pages up to 4 MiB and
+        // unbroken after (frames compressed straight from the memory),
+        // across several frames and threads.
         let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
         let mut memory = image.clone();
         memory.resize(9 << 20, 0);
         let mut x = 12345u64;
         for (i, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
-            if i % 97 == 5 {
+            if i % 97 == 5 && i < 1024 {
                 continue; // unchanged
             }
             for b in page.iter_mut().step_by(3) {
