@@ -74,7 +74,6 @@
 //! XORed with their image bytes. Nothing of the size of the memory is
 //! allocated on the way.
 
-use std::io::Write;
 use std::ops::Range;
 
 /// Version of the format written by [`encode`] (2: page deltas in
@@ -358,7 +357,7 @@ fn written_pages(c: &Checkpoint<'_>) -> Option<Vec<bool>> {
 ///
 /// The pool (rayon, one thread per core, at most [`MAX_CODEC_THREADS`]) is
 /// made on first use and lives on, so its threads' compression contexts
-/// ([`with_cctx`]) are made once, not once per snapshot, and idle threads
+/// ([`with_compressor`]) are made once, not once per snapshot, and idle threads
 /// take the next frame (a frame of mostly zeros is quick).
 fn run_parallel<J: Send, R: Send>(
     jobs: Vec<J>,
@@ -421,16 +420,10 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     }
     let failed = |e: std::io::Error| SnapshotError::Corrupt(format!("compression failed: {e}"));
     let compress_head = || -> std::io::Result<Vec<u8>> {
-        with_cctx(|cctx| {
-            let mut encoder = zstd::stream::Encoder::with_context(Vec::new(), cctx);
-            encoder.set_pledged_src_size(Some(head.len() as u64))?;
-            encoder.include_contentsize(true)?;
-            encoder.write_all(&head)?;
-            encoder.finish()
-        })
+        with_compressor(|z| compress_into(&mut z.cctx, &mut z.out, &head))
     };
     let compress_pages = |indexes: &[u32]| -> std::io::Result<Vec<u8>> {
-        with_cctx(|cctx| compress_frame(cctx, c, indexes))
+        with_compressor(|z| compress_frame(z, c, indexes))
     };
     let chunks: Vec<&[u32]> = pages.chunks(PAGES_PER_FRAME).collect();
     let frames = run_parallel(chunks, page_bytes, compress_pages);
@@ -461,19 +454,18 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
 /// (where the delta is the page itself: most of a large heap) is
 /// compressed straight from the memory, without a copy.
 fn compress_frame(
-    cctx: &mut zstd::zstd_safe::CCtx<'static>,
+    z: &mut Compressor,
     c: &Checkpoint<'_>,
     indexes: &[u32],
 ) -> std::io::Result<Vec<u8>> {
     let bytes = indexes.len() * PAGE_BYTES;
     let first = indexes.first().map_or(0, |&i| i as usize * PAGE_BYTES);
     let consecutive = indexes.windows(2).all(|w| w[1] == w[0] + 1);
-    let mut deltas = Vec::new();
     let src: &[u8] = if consecutive && first >= c.image.len() {
         &c.memory[first..first + bytes]
     } else {
-        deltas.resize(bytes, 0);
-        for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
+        z.deltas.resize(bytes, 0);
+        for (delta, &index) in z.deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
             let start = index as usize * PAGE_BYTES;
             let page = &c.memory[start..start + PAGE_BYTES];
             if start >= c.image.len() {
@@ -483,32 +475,57 @@ fn compress_frame(
                 xor_into(delta, page, image_page(c.image, start));
             }
         }
-        &deltas
+        &z.deltas
     };
-    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes));
-    cctx.compress2(&mut out, src)
-        .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
-    Ok(out)
+    compress_into(&mut z.cctx, &mut z.out, src)
 }
 
-/// Runs `f` with this thread's compression context, set to [`ZSTD_LEVEL`]:
-/// creating one, with its first-use workspace, costs more than compressing
-/// a one-tool snapshot.
-fn with_cctx<R>(
-    f: impl FnOnce(&mut zstd::zstd_safe::CCtx<'static>) -> std::io::Result<R>,
-) -> std::io::Result<R> {
-    CCTX.with(|cell| {
+/// Compresses `src` as one frame (stating its size) into the scratch `out`,
+/// and returns a copy of just the frame.
+fn compress_into(
+    cctx: &mut zstd::zstd_safe::CCtx<'static>,
+    out: &mut Vec<u8>,
+    src: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    out.clear();
+    out.reserve(zstd::zstd_safe::compress_bound(src.len()));
+    cctx.compress2(out, src)
+        .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
+    Ok(out.clone())
+}
+
+/// A thread's compression state, kept from one snapshot to the next:
+/// creating a context, with its first-use workspace, costs more than
+/// compressing a one-tool snapshot, and a fresh frame-sized buffer costs a
+/// page fault per page it touches. Holds at most two frames' worth of
+/// buffers (~4 MiB) per thread that has compressed a large frame.
+struct Compressor {
+    /// Set to [`ZSTD_LEVEL`].
+    cctx: zstd::zstd_safe::CCtx<'static>,
+    /// The XOR deltas of a frame not taken straight from memory.
+    deltas: Vec<u8>,
+    /// zstd's output, before it is copied out at its exact size.
+    out: Vec<u8>,
+}
+
+/// Runs `f` with this thread's [`Compressor`], made on first use.
+fn with_compressor<R>(f: impl FnOnce(&mut Compressor) -> std::io::Result<R>) -> std::io::Result<R> {
+    COMPRESSOR.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let cctx = match &mut *slot {
-            Some(cctx) => cctx,
+        let z = match &mut *slot {
+            Some(z) => z,
             empty => {
                 let mut cctx = zstd::zstd_safe::CCtx::create();
                 cctx.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(ZSTD_LEVEL))
                     .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
-                empty.insert(cctx)
+                empty.insert(Compressor {
+                    cctx,
+                    deltas: Vec::new(),
+                    out: Vec::new(),
+                })
             }
         };
-        f(cctx)
+        f(z)
     })
 }
 
@@ -546,8 +563,8 @@ impl<'a> Reader<'a> {
 }
 
 thread_local! {
-    /// A compression context per thread (see [`with_cctx`]).
-    static CCTX: std::cell::RefCell<Option<zstd::zstd_safe::CCtx<'static>>> =
+    /// A compressor per thread (see [`with_compressor`]).
+    static COMPRESSOR: std::cell::RefCell<Option<Compressor>> =
         const { std::cell::RefCell::new(None) };
     /// A decompression context per thread: creating one costs more than
     /// decompressing a small snapshot.
