@@ -440,7 +440,9 @@ fn written_pages(c: &Checkpoint<'_>) -> Option<Vec<bool>> {
 /// The pool (rayon, one thread per core, at most [`MAX_CODEC_THREADS`]) is
 /// made on first use and lives on, so its threads' compression contexts
 /// ([`with_compressor`]) are made once, not once per snapshot, and idle threads
-/// take the next frame (a frame of mostly zeros is quick).
+/// take the next frame (a frame of mostly zeros is quick). A process forked
+/// from the one that made it has none of its threads: there, and wherever
+/// no thread can be started, the calling thread does all the work.
 fn run_parallel<J: Send, R: Send>(
     jobs: Vec<J>,
     page_bytes: usize,
@@ -450,19 +452,22 @@ fn run_parallel<J: Send, R: Send>(
         return jobs.into_iter().map(work).collect();
     }
     use rayon::iter::{IntoParallelIterator, ParallelIterator};
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    let pool = POOL.get_or_init(|| {
+    /// The pool and the process it was made in.
+    static POOL: std::sync::OnceLock<(u32, Option<rayon::ThreadPool>)> = std::sync::OnceLock::new();
+    let (owner, pool) = POOL.get_or_init(|| {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        rayon::ThreadPoolBuilder::new()
+        let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(cores.min(MAX_CODEC_THREADS))
             .thread_name(|i| format!("quickcell-codec-{i}"))
             .build()
-            .ok()
+            .ok();
+        (std::process::id(), pool)
     });
     match pool {
-        Some(pool) => pool.install(|| jobs.into_par_iter().map(work).collect()),
-        // No threads to be had: the calling thread does it all.
-        None => jobs.into_iter().map(work).collect(),
+        Some(pool) if *owner == std::process::id() => {
+            pool.install(|| jobs.into_par_iter().map(work).collect())
+        }
+        _ => jobs.into_iter().map(work).collect(),
     }
 }
 
@@ -1222,10 +1227,23 @@ mod tests {
 
     #[test]
     fn large_snapshots_round_trip_through_parallel_frames() {
-        // 1 MiB image, 9 MiB of memory: changed pages inside the image and
-        // runs beyond it, broken by unchanged (zero) pages up to 4 MiB and
-        // unbroken after (frames compressed straight from the memory),
-        // across several frames and threads.
+        let (image, memory) = large_sample();
+        let mut c = checkpoint(&memory, &image, 0..0);
+        c.max_payload_bytes = 64 << 20;
+        let encoded = encode(&c).unwrap();
+        assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
+        let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+        assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).unwrap();
+        assert!(restored == memory);
+    }
+
+    /// A 1 MiB image and 9 MiB of memory: changed pages inside the image
+    /// and runs beyond it, broken by unchanged (zero) pages up to 4 MiB and
+    /// unbroken after, enough for several frames and threads.
+    fn large_sample() -> (Vec<u8>, Vec<u8>) {
         let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
         let mut memory = image.clone();
         memory.resize(9 << 20, 0);
@@ -1241,16 +1259,53 @@ mod tests {
                 *b ^= (x >> 59) as u8;
             }
         }
+        (image, memory)
+    }
+
+    /// A process forked after the codec pool was made has none of its
+    /// threads; handing them work would wait forever.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_forked_process_encodes_and_restores_large_snapshots() {
+        let (image, memory) = large_sample();
         let mut c = checkpoint(&memory, &image, 0..0);
         c.max_payload_bytes = 64 << 20;
-        let encoded = encode(&c).unwrap();
-        assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
-        let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
-        assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
-        let mut restored = image.clone();
-        restored.resize(memory.len(), 0);
-        snap.apply(&mut restored, image.len()).unwrap();
-        assert!(restored == memory);
+        let encoded = encode(&c).unwrap(); // makes the pool here
+        let round_trip = || {
+            let again = encode(&c).ok()?;
+            let snap = decode(&again.bytes, GUEST, 1 << 30).ok()?;
+            let mut restored = image.clone();
+            restored.resize(memory.len(), 0);
+            snap.apply(&mut restored, image.len()).ok()?;
+            (again.bytes == encoded.bytes && restored == memory).then_some(())
+        };
+        // SAFETY: the child runs only the round trip, then `_exit`s.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            let code = if round_trip().is_some() { 0 } else { 1 };
+            // SAFETY: ends the child without running the parent's exit code.
+            unsafe { libc::_exit(code) };
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child.
+            let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+            if done == child {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                // SAFETY: our own child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                panic!("the forked process hung encoding a large snapshot");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the forked process failed the round trip (status {status})"
+        );
     }
 
     #[test]
