@@ -95,7 +95,7 @@ pub(crate) struct CellState {
     wasi: WasiP1Ctx,
     /// Linear-memory cap in bytes for this store.
     memory_cap: usize,
-    /// Set when a memory growth past `memory_cap` was refused.
+    /// Whether the latest memory growth was refused (past `memory_cap`).
     pub memory_refused: bool,
     /// Output entries emitted during this call.
     pub output: OutputBuffer,
@@ -164,11 +164,10 @@ impl ResourceLimiter for CellState {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_cap {
-            self.memory_refused = true;
-            return Ok(false);
-        }
-        Ok(true)
+        // The guest allocator asks for a batch first and, refused, for just
+        // what it needs: only a refusal it did not get past explains a trap.
+        self.memory_refused = desired > self.memory_cap;
+        Ok(!self.memory_refused)
     }
 
     fn table_growing(
