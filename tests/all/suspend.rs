@@ -470,6 +470,33 @@ async fn calls_in_flight_when_the_host_ended_replay_only_if_replay_safe() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The heap a cell grew is stored in byte lanes (snapshot format 3): its
+/// pointers and boxed values compress ~2× smaller than the same bytes in
+/// place. Gate: 20,000 records (4.3 MB of changed pages) are stored in
+/// under 450 KB; in place they took ~635 KB, in lanes ~345 KB.
+#[tokio::test]
+async fn a_grown_heap_is_stored_compressed_in_lanes() {
+    let dir = state_dir();
+    let rt = runtime_in(&dir, Limits::default()).await;
+    let r = rt
+        .exec(exec(
+            "const big = Array.from({length: 20000}, (_, i) => ({i, s: 'item ' + i, t: [i, i + 1]})); \
+             await yield_control(); \
+             return big.reduce((sum, r) => sum + r.i + r.t[1] + r.s.length, 0);",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let mut stored = 0;
+    tamper(&dir, &id, |blob| stored = blob.len());
+    assert!(stored < 450_000, "snapshot of {stored} bytes");
+    // And it restores intact: every record is read back.
+    let expected: u64 = (0..20000u64)
+        .map(|i| i + (i + 1) + format!("item {i}").len() as u64)
+        .sum();
+    assert_eq!(value(&rt.wait(WaitInput::new(id)).await), json!(expected));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Rewrites the stored snapshot of `run_id` with `f`.
 fn tamper(dir: &std::path::Path, run_id: &str, f: impl FnOnce(&mut Vec<u8>)) {
     let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
