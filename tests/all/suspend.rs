@@ -486,8 +486,9 @@ async fn a_grown_heap_is_stored_compressed_in_lanes() {
         ))
         .await;
     let id = waiting(&r).run_id.clone();
-    let mut stored = 0;
-    tamper(&dir, &id, |blob| stored = blob.len());
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    let stored = stored_snapshot(&conn, &id).len();
+    drop(conn);
     assert!(stored < 450_000, "snapshot of {stored} bytes");
     // And it restores intact: every record is read back.
     let expected: u64 = (0..20000u64)
@@ -497,16 +498,20 @@ async fn a_grown_heap_is_stored_compressed_in_lanes() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// The stored snapshot of `run_id`.
+fn stored_snapshot(conn: &rusqlite::Connection, run_id: &str) -> Vec<u8> {
+    conn.query_row(
+        "SELECT snapshot FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 /// Rewrites the stored snapshot of `run_id` with `f`.
 fn tamper(dir: &std::path::Path, run_id: &str, f: impl FnOnce(&mut Vec<u8>)) {
     let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
-    let mut blob: Vec<u8> = conn
-        .query_row(
-            "SELECT snapshot FROM runs WHERE run_id = ?1",
-            [run_id],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let mut blob = stored_snapshot(&conn, run_id);
     f(&mut blob);
     conn.execute(
         "UPDATE runs SET snapshot = ?2 WHERE run_id = ?1",

@@ -250,21 +250,25 @@ const LANE_WIDTH: usize = 4;
 /// Words per page.
 const PAGE_WORDS: usize = PAGE_BYTES / LANE_WIDTH;
 
-/// Writes the words of `page` into `lanes` (four lanes, each
-/// `lanes.len() / 4` bytes) as page number `slot`.
+/// Where page number `slot`'s bytes lie in each lane of `lanes_len` bytes
+/// of lanes (four lanes of `lanes_len / 4` bytes).
+fn slot_in_lanes(lanes_len: usize, slot: usize) -> [Range<usize>; LANE_WIDTH] {
+    let n = lanes_len / LANE_WIDTH;
+    std::array::from_fn(|k| k * n + slot * PAGE_WORDS..k * n + (slot + 1) * PAGE_WORDS)
+}
+
+/// Writes the words of `page` into `lanes` as page number `slot`.
 fn split_page(page: &[u8], lanes: &mut [u8], slot: usize) {
-    let n = lanes.len() / LANE_WIDTH;
-    let span = slot * PAGE_WORDS..(slot + 1) * PAGE_WORDS;
-    let (l0, rest) = lanes.split_at_mut(n);
-    let (l1, rest) = rest.split_at_mut(n);
-    let (l2, l3) = rest.split_at_mut(n);
+    let [l0, l1, l2, l3] = lanes
+        .get_disjoint_mut(slot_in_lanes(lanes.len(), slot))
+        .expect("a slot's four lane parts are disjoint and in bounds");
     // Eight words at a time: one 8-byte store per lane.
     for ((((words, a), b), c), d) in page
         .chunks_exact(8 * LANE_WIDTH)
-        .zip(l0[span.clone()].chunks_exact_mut(8))
-        .zip(l1[span.clone()].chunks_exact_mut(8))
-        .zip(l2[span.clone()].chunks_exact_mut(8))
-        .zip(l3[span].chunks_exact_mut(8))
+        .zip(l0.chunks_exact_mut(8))
+        .zip(l1.chunks_exact_mut(8))
+        .zip(l2.chunks_exact_mut(8))
+        .zip(l3.chunks_exact_mut(8))
     {
         let mut x = [0u64; LANE_WIDTH];
         for (i, word) in words.chunks_exact(LANE_WIDTH).enumerate() {
@@ -284,17 +288,13 @@ fn split_page(page: &[u8], lanes: &mut [u8], slot: usize) {
 /// `lanes` and XORs it into `page` (a fresh page: zeros). Eight words that
 /// are all zero (free heap) are not touched.
 fn join_page(lanes: &[u8], slot: usize, page: &mut [u8]) {
-    let n = lanes.len() / LANE_WIDTH;
-    let span = slot * PAGE_WORDS..(slot + 1) * PAGE_WORDS;
-    let (l0, rest) = lanes.split_at(n);
-    let (l1, rest) = rest.split_at(n);
-    let (l2, l3) = rest.split_at(n);
+    let [l0, l1, l2, l3] = slot_in_lanes(lanes.len(), slot).map(|span| &lanes[span]);
     for ((((words, a), b), c), d) in page
         .chunks_exact_mut(8 * LANE_WIDTH)
-        .zip(l0[span.clone()].chunks_exact(8))
-        .zip(l1[span.clone()].chunks_exact(8))
-        .zip(l2[span.clone()].chunks_exact(8))
-        .zip(l3[span].chunks_exact(8))
+        .zip(l0.chunks_exact(8))
+        .zip(l1.chunks_exact(8))
+        .zip(l2.chunks_exact(8))
+        .zip(l3.chunks_exact(8))
     {
         let x = [a, b, c, d].map(|lane| u64::from_le_bytes(lane.try_into().unwrap()));
         if x == [0; LANE_WIDTH] {
