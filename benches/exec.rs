@@ -42,7 +42,11 @@ fn generated_program(lines: usize) -> String {
 }
 
 fn benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    // Multi-threaded, as the CLI and the MCP server run: background work
+    // (the standby instance, releasing a finished cell) runs on the worker
+    // while the benchmark's thread runs the next cell.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();

@@ -152,6 +152,19 @@ impl CellState {
         }
     }
 
+    /// Readies the state of a fresh instance's store for a cell call: what
+    /// [`CellState::with_clock_offset`] makes, keeping the instance's memory.
+    pub(crate) fn prepare_call(
+        &mut self,
+        memory_cap: usize,
+        output: OutputBuffer,
+        clock_offset_ns: u64,
+    ) {
+        let memory = self.memory;
+        *self = Self::with_clock_offset(memory_cap, output, clock_offset_ns);
+        self.memory = memory;
+    }
+
     pub(crate) fn for_preinit() -> Self {
         Self::new(usize::MAX, OutputBuffer::new(0))
     }

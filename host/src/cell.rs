@@ -35,7 +35,7 @@ use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
 use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools, SessionAccess};
 use crate::channel::OutputBuffer;
 use crate::config::{Fuel, Limits};
-use crate::engine::SharedEngine;
+use crate::engine::{FreshInstance, SharedEngine};
 use crate::input::{ExecInput, WaitInput};
 use crate::output;
 use crate::result::{
@@ -52,7 +52,7 @@ use serde_json::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::{Memory, ResourceLimiter, Store, Trap, UpdateDeadline, Val};
+use wasmtime::{Memory, Store, Trap, UpdateDeadline, Val};
 
 /// Warning of a completed cell whose store writes could not be committed.
 pub(crate) const STORE_COMMIT_UNCONFIRMED: &str = "Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply.";
@@ -141,7 +141,8 @@ fn new_run_id() -> String {
     format!("cm_{}", uuid::Uuid::new_v4())
 }
 
-/// A fresh instance in its own store, with fuel and the epoch deadline.
+/// A fresh instance in its own store (see [`SharedEngine::instance`]), with
+/// the cell's state, fuel and epoch deadline.
 async fn instantiate(
     env: &CellEnv<'_>,
     output_cap: usize,
@@ -151,10 +152,13 @@ async fn instantiate(
     let memory_cap = env
         .limits
         .linear_memory_cap(env.shared.initial_memory_bytes);
-    let state =
-        CellState::with_clock_offset(memory_cap, OutputBuffer::new(output_cap), clock_offset_ns);
-    let mut store = Store::new(&env.shared.engine, state);
-    store.limiter(|s| s as &mut dyn ResourceLimiter);
+    let FreshInstance { mut store, exports } = match env.shared.instance().await {
+        Ok(fresh) => fresh,
+        Err(e) => return Err(unavailable(format!("{e:#}"), (env.telemetry)())),
+    };
+    store
+        .data_mut()
+        .prepare_call(memory_cap, OutputBuffer::new(output_cap), clock_offset_ns);
     let fuel = match env.limits.fuel {
         Fuel::Limited(n) => n,
         Fuel::Unlimited => u64::MAX,
@@ -174,19 +178,7 @@ async fn instantiate(
             Ok(UpdateDeadline::Yield(1))
         }
     });
-    let instance = match env.shared.instance_pre.instantiate_async(&mut store).await {
-        Ok(i) => i,
-        Err(e) => {
-            return Err(unavailable(
-                format!("cannot instantiate the guest: {e}"),
-                (env.telemetry)(),
-            ))
-        }
-    };
-    match GuestExports::new(&mut store, &instance) {
-        Ok(x) => Ok((store, x, fuel)),
-        Err(e) => Err(unavailable(format!("{e}"), (env.telemetry)())),
-    }
+    Ok((store, exports, fuel))
 }
 
 fn deadline_after(timeout_ms: u64) -> Arc<AtomicU64> {
@@ -211,14 +203,6 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         Ok(x) => x,
         Err(failure) => return failure,
     };
-    if let Some(runs) = env.shared.hot_pages.get() {
-        let memory = exports.memory.data_mut(&mut store);
-        for run in runs {
-            if let Some(region) = memory.get_mut(run.clone()) {
-                snapshot::prefault(region);
-            }
-        }
-    }
     // The random seed has a fixed width, so parsing it costs the same fuel
     // for every seed; the catalog's members are built once per runtime.
     let options = format!(

@@ -122,6 +122,26 @@ pub mod testing {
         }
     }
 
+    /// Has the process's standby instance made, unless it is ready or being
+    /// made, and waits (up to five seconds) until it is ready for the next
+    /// cell; returns whether it is. Another runtime of the process may take
+    /// it first.
+    pub async fn standby_ready() -> bool {
+        let Ok(shared) = crate::engine::shared().await else {
+            return false;
+        };
+        if !shared.has_standby() {
+            shared.make_standby();
+        }
+        for _ in 0..5000 {
+            if shared.has_standby() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        false
+    }
+
     /// Checks the guest's module shape (one mutable global, fixed table,
     /// expected imports only).
     pub fn check_guest_module_shape(wasm: &[u8]) -> Result<(), String> {

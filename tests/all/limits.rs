@@ -224,6 +224,49 @@ async fn a_cell_after_a_trapped_cell_runs_normally() {
     assert_eq!(value(&r), json!("fine"));
 }
 
+/// Cells get their instance from the process's standby (made in the
+/// background after the previous cell took one): each still starts from the
+/// pristine image and under its own runtime's limits, whatever the cell
+/// before it did or was allowed.
+#[tokio::test]
+async fn cells_from_the_standby_start_pristine_under_their_own_limits() {
+    let loose = runtime(Limits::default().with_memory_limit_bytes(64 * MIB)).await;
+    let small_memory = runtime(Limits::default().with_memory_limit_bytes(8 * MIB)).await;
+    let small_fuel = runtime(Limits::default().with_fuel(Fuel::Limited(20_000_000))).await;
+    for round in 0..3 {
+        quickcell::testing::standby_ready().await;
+        let r = loose
+            .exec(ExecInput::new(
+                "pollute",
+                "globalThis.leak = 1; Array.prototype.x = 2; \
+                 const a = []; for (let i = 0; i < 30; i++) a.push('x'.repeat(1 << 20) + i); \
+                 return a.length",
+            ))
+            .await;
+        assert_eq!(value(&r), json!(30), "round {round}");
+        quickcell::testing::standby_ready().await;
+        let r = small_memory
+            .exec(ExecInput::new(
+                "check",
+                "text(`${typeof leak} ${[].x === undefined}`); \
+                 const a = []; while (true) a.push('y'.repeat(1 << 20) + a.length);",
+            ))
+            .await;
+        assert_eq!(
+            failed(&r).code,
+            ErrorCode::MemoryLimitExceeded,
+            "round {round}"
+        );
+        assert_eq!(texts(&r), vec!["undefined true"], "round {round}");
+        quickcell::testing::standby_ready().await;
+        let r = small_fuel
+            .exec(ExecInput::new("spin", "let i = 0; while (true) i++;"))
+            .await;
+        assert_eq!(failed(&r).code, ErrorCode::FuelExhausted, "round {round}");
+        assert_eq!(r.telemetry().fuel_used, 20_000_000, "round {round}");
+    }
+}
+
 #[tokio::test]
 async fn console_cap_emits_exactly_one_marker() {
     let r = run("for (let i = 0; i < 2000; i++) console.log('line ' + i + ' ' + 'y'.repeat(40)); text('after'); return 1;").await;
