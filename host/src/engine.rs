@@ -155,8 +155,17 @@ impl SharedEngine {
         if self.standby_pending.swap(true, Ordering::AcqRel) {
             return;
         }
-        let shared = self.clone();
+        /// Clears `standby_pending` however the task ends: also when its
+        /// Tokio runtime shuts down and drops it mid-way.
+        struct Pending(Arc<SharedEngine>);
+        impl Drop for Pending {
+            fn drop(&mut self) {
+                self.0.standby_pending.store(false, Ordering::Release);
+            }
+        }
+        let pending = Pending(self.clone());
         tokio::spawn(async move {
+            let shared = &pending.0;
             match shared.fresh_instance().await {
                 Ok(ready) => {
                     *shared
@@ -166,7 +175,6 @@ impl SharedEngine {
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot make a standby instance"),
             }
-            shared.standby_pending.store(false, Ordering::Release);
         });
     }
 

@@ -234,7 +234,7 @@ async fn cells_from_the_standby_start_pristine_under_their_own_limits() {
     let small_memory = runtime(Limits::default().with_memory_limit_bytes(8 * MIB)).await;
     let small_fuel = runtime(Limits::default().with_fuel(Fuel::Limited(20_000_000))).await;
     for round in 0..3 {
-        quickcell::testing::standby_ready().await;
+        assert!(quickcell::testing::standby_ready().await, "round {round}");
         let r = loose
             .exec(ExecInput::new(
                 "pollute",
@@ -244,7 +244,7 @@ async fn cells_from_the_standby_start_pristine_under_their_own_limits() {
             ))
             .await;
         assert_eq!(value(&r), json!(30), "round {round}");
-        quickcell::testing::standby_ready().await;
+        assert!(quickcell::testing::standby_ready().await, "round {round}");
         let r = small_memory
             .exec(ExecInput::new(
                 "check",
@@ -258,13 +258,36 @@ async fn cells_from_the_standby_start_pristine_under_their_own_limits() {
             "round {round}"
         );
         assert_eq!(texts(&r), vec!["undefined true"], "round {round}");
-        quickcell::testing::standby_ready().await;
+        assert!(quickcell::testing::standby_ready().await, "round {round}");
         let r = small_fuel
             .exec(ExecInput::new("spin", "let i = 0; while (true) i++;"))
             .await;
         assert_eq!(failed(&r).code, ErrorCode::FuelExhausted, "round {round}");
         assert_eq!(r.telemetry().fuel_used, 20_000_000, "round {round}");
     }
+}
+
+/// A Tokio runtime that shuts down drops the task making the standby; the
+/// next runtime of the process still gets one.
+#[test]
+fn the_standby_outlives_the_runtime_that_began_it() {
+    for _ in 0..3 {
+        // A current-thread runtime polls spawned tasks only while the cell
+        // waits, so the standby's task is dropped before it ever runs.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        assert_eq!(value(&rt.block_on(run("return 1"))), json!(1));
+        drop(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    assert!(rt.block_on(quickcell::testing::standby_ready()));
+    assert_eq!(value(&rt.block_on(run("return 2"))), json!(2));
 }
 
 #[tokio::test]
