@@ -316,6 +316,14 @@ pub(crate) fn release_free_pages() {
     }
 }
 
+/// Where the page kinds lie in linear memory ([`PAGE_CLASS`]: one byte per
+/// Wasm page, `1..CLASSES` for a span of blocks of that many
+/// [`CLASS_STEP`]s): the host's snapshot codec stores such a page as the
+/// differences between neighbouring blocks.
+pub(crate) fn page_kinds() -> *const u8 {
+    PAGE_CLASS.0.get().cast()
+}
+
 /// Bytes of spans, huge blocks and large blocks handed out since the last
 /// [`reset_allocated_bytes`], freed or not: how much the heap can have
 /// grown (and garbage built up) since, up to the space free lists reuse.

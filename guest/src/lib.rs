@@ -702,12 +702,13 @@ impl Guest for Component {
         with_state(status_json)
     }
 
-    fn checkpoint() {
+    fn checkpoint() -> u32 {
         if alloc::allocated_bytes() >= COLLECT_AFTER_BYTES {
             with_state(|state| unsafe { qjs::JS_RunGC(runtime_ptr(state)) });
             alloc::reset_allocated_bytes();
         }
         alloc::release_free_pages();
+        alloc::page_kinds() as u32
     }
 
     fn resume(random_seed: u64) {

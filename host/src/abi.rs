@@ -39,6 +39,10 @@ pub(crate) const MAX_REQUEST_ARGS_BYTES: usize = 4 << 20;
 /// fixed; growth means a broken guest).
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
+/// Largest page kind the guest's checkpoint reports as a page of equal
+/// blocks (its 32 size classes of 16 to 512 bytes, in 16-byte units).
+const MAX_BLOCK_UNITS: u8 = 32;
+
 /// Marker error raised when a cell passes its wall-clock deadline.
 #[derive(Debug)]
 pub(crate) struct DeadlineExceeded;
@@ -318,7 +322,7 @@ pub(crate) struct GuestExports {
     pub memory: Memory,
     /// The shadow-stack pointer, the module's only mutable global.
     pub stack_pointer: Global,
-    checkpoint: TypedFunc<(), ()>,
+    checkpoint: TypedFunc<(), u32>,
     resume: TypedFunc<u64, ()>,
     realloc: TypedFunc<(u32, u32, u32, u32), u32>,
     start: TypedFunc<(u32, u32, u32, u32, u32, u32), u32>,
@@ -442,9 +446,32 @@ impl GuestExports {
         Ok(status)
     }
 
-    /// Calls `cell.checkpoint()`: the guest collects garbage.
-    pub(crate) async fn checkpoint(&self, store: &mut Store<CellState>) -> wasmtime::Result<()> {
-        self.checkpoint.call_async(&mut *store, ()).await
+    /// Calls `cell.checkpoint()`: the guest collects garbage. Returns the
+    /// block size of each 64 KiB page of memory, in 16-byte units (0 for a
+    /// page that is not one of equal blocks), read from the guest's page
+    /// kinds: a compression hint, taken from guest memory untrusted (a bad
+    /// one only costs compression).
+    pub(crate) async fn checkpoint(
+        &self,
+        store: &mut Store<CellState>,
+    ) -> wasmtime::Result<Vec<u8>> {
+        let at = self.checkpoint.call_async(&mut *store, ()).await? as usize;
+        let memory = self.memory.data(&*store);
+        let pages = memory.len() / quickcell_snapshot::WASM_PAGE_BYTES;
+        let kinds = at
+            .checked_add(pages)
+            .and_then(|end| memory.get(at..end))
+            .unwrap_or(&[]);
+        Ok(kinds
+            .iter()
+            .map(|&kind| {
+                if (1..=MAX_BLOCK_UNITS).contains(&kind) {
+                    kind
+                } else {
+                    0
+                }
+            })
+            .collect())
     }
 
     /// Calls `cell.resume(random-seed)` on a freshly restored instance.

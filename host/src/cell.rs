@@ -635,10 +635,13 @@ impl LiveCell {
         // Collect garbage (past 1 MiB of new heap) and zero the free pages
         // so the snapshot holds live data; it costs the cell no fuel.
         let fuel = self.store.get_fuel().unwrap_or(0);
-        if let Err(err) = self.exports.checkpoint(&mut self.store).await {
-            let ending = ending_from_trap(err, self.store.data());
-            return self.end(env, ending);
-        }
+        let block_units = match self.exports.checkpoint(&mut self.store).await {
+            Ok(units) => units,
+            Err(err) => {
+                let ending = ending_from_trap(err, self.store.data());
+                return self.end(env, ending);
+            }
+        };
         let _ = self.store.set_fuel(fuel);
         stats::COLLECT_NANOS.store(
             checkpoint_started.elapsed().as_nanos() as u64,
@@ -700,6 +703,7 @@ impl LiveCell {
             memory,
             image: &env.shared.memory_image,
             memory_maps_image: true,
+            block_units: &block_units,
             dead: dead_stack,
             stack_pointer,
             host_state: &host_json,

@@ -18,6 +18,7 @@
 //!     guest_hash: guest,
 //!     max_payload_bytes: 1 << 20,
 //!     memory_maps_image: false,
+//!     block_units: &[],
 //! })
 //! .unwrap();
 //! let snapshot = decode(&encoded.bytes, guest, 1 << 30).unwrap();
@@ -85,8 +86,9 @@
 use std::ops::Range;
 
 /// Version of the format written by [`encode`] (2: page deltas in
-/// independent frames; 3: each frame's deltas split into byte lanes).
-pub const FORMAT_VERSION: u32 = 3;
+/// independent frames; 3: each frame's deltas split into byte lanes; 4:
+/// block strides).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Granularity of the memory diff, in bytes.
 pub const PAGE_BYTES: usize = 4096;
@@ -110,6 +112,9 @@ pub const MAX_CODEC_THREADS: usize = 4;
 /// Page payloads from this size up are compressed and decompressed on
 /// several threads.
 pub const PARALLEL_PAYLOAD_BYTES: usize = 4 << 20;
+
+/// Unit of [`Checkpoint::block_units`], in bytes.
+pub const BLOCK_UNIT_BYTES: usize = 16;
 
 /// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
 /// higher levels buy little.
@@ -191,6 +196,14 @@ pub struct Checkpoint<'a> {
     /// elsewhere, or when the file cannot be read, every page is compared.
     /// `false` for memory that is not such a mapping (a copy, a `Vec`).
     pub memory_maps_image: bool,
+    /// A hint per 64 KiB page of `memory`: the size, in
+    /// [`BLOCK_UNIT_BYTES`], of the equal blocks the page is laid out in
+    /// (the guest allocator's size classes), 0 when it is not. A stored
+    /// page beyond the image then holds each 4-byte word minus the word one
+    /// block earlier (see [Layout](crate#layout)). Any value restores
+    /// correctly (the stride is stored); a good one makes the snapshot
+    /// smaller and faster to take. Missing entries count as 0.
+    pub block_units: &'a [u8],
 }
 
 /// A decoded, verified snapshot.
@@ -204,6 +217,8 @@ pub struct Snapshot<'a> {
     pub host_state: Vec<u8>,
     /// Indexes of the stored pages, strictly increasing.
     page_indexes: Vec<u32>,
+    /// Each stored page's block stride ([`Checkpoint::block_units`]).
+    page_units: Vec<u8>,
     /// The compressed delta frames, each with its page count, in page
     /// order.
     frames: Vec<(&'a [u8], usize)>,
@@ -257,22 +272,48 @@ fn slot_in_lanes(lanes_len: usize, slot: usize) -> [Range<usize>; LANE_WIDTH] {
     std::array::from_fn(|k| k * n + slot * PAGE_WORDS..k * n + (slot + 1) * PAGE_WORDS)
 }
 
-/// Writes the words of `page` into `lanes` as page number `slot`.
-fn split_page(page: &[u8], lanes: &mut [u8], slot: usize) {
+/// Words in a block stride of `units` ([`BLOCK_UNIT_BYTES`] each); 0 for
+/// none. Always a multiple of 4 and less than [`PAGE_WORDS`].
+fn stride_words(units: u8) -> usize {
+    usize::from(units) * BLOCK_UNIT_BYTES / LANE_WIDTH
+}
+
+/// The little-endian word `i` of `page`.
+fn word_at(page: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(
+        page[i * LANE_WIDTH..(i + 1) * LANE_WIDTH]
+            .try_into()
+            .unwrap(),
+    )
+}
+
+/// Writes the words of `page` into `lanes` as page number `slot`; with a
+/// `stride` (in words, see [`stride_words`]), each word from the
+/// `stride`-th on minus the word `stride` before it (wrapping). In a page
+/// of equal blocks the same field of neighbouring blocks often holds the
+/// same value (a shape, a reference count) or one that grows by a constant
+/// (an index, the address of the next block): the differences are mostly
+/// zeros and repeats.
+fn split_page(page: &[u8], lanes: &mut [u8], slot: usize, stride: usize) {
     let [l0, l1, l2, l3] = lanes
         .get_disjoint_mut(slot_in_lanes(lanes.len(), slot))
         .expect("a slot's four lane parts are disjoint and in bounds");
     // Eight words at a time: one 8-byte store per lane.
-    for ((((words, a), b), c), d) in page
+    for (chunk, ((((words, a), b), c), d)) in page
         .chunks_exact(8 * LANE_WIDTH)
         .zip(l0.chunks_exact_mut(8))
         .zip(l1.chunks_exact_mut(8))
         .zip(l2.chunks_exact_mut(8))
         .zip(l3.chunks_exact_mut(8))
+        .enumerate()
     {
         let mut x = [0u64; LANE_WIDTH];
         for (i, word) in words.chunks_exact(LANE_WIDTH).enumerate() {
-            let v = u32::from_le_bytes(word.try_into().unwrap());
+            let mut v = u32::from_le_bytes(word.try_into().unwrap());
+            let at = chunk * 8 + i;
+            if stride != 0 && at >= stride {
+                v = v.wrapping_sub(word_at(page, at - stride));
+            }
             for (k, lane) in x.iter_mut().enumerate() {
                 *lane |= u64::from((v >> (8 * k)) as u8) << (8 * i);
             }
@@ -285,9 +326,32 @@ fn split_page(page: &[u8], lanes: &mut [u8], slot: usize) {
 }
 
 /// The inverse of [`split_page`]: reassembles page number `slot` from
-/// `lanes` and XORs it into `page` (a fresh page: zeros). Eight words that
-/// are all zero (free heap) are not touched.
-fn join_page(lanes: &[u8], slot: usize, page: &mut [u8]) {
+/// `lanes` and XORs it into `page` (a fresh page: zeros; eight words that
+/// are all zero, free heap, are not touched), then adds back each word's
+/// `stride`-earlier word.
+fn join_page(lanes: &[u8], slot: usize, page: &mut [u8], stride: usize) {
+    join_lanes(lanes, slot, page);
+    if stride != 0 {
+        undo_stride(page, stride);
+    }
+}
+
+/// `word[i] += word[i - stride]` for every word from the `stride`-th on,
+/// in order. Four words at a time: a stride is at least four words, so
+/// the four earlier words are final.
+fn undo_stride(page: &mut [u8], stride: usize) {
+    for at in (stride..PAGE_WORDS).step_by(4) {
+        let earlier: [u32; 4] = std::array::from_fn(|j| word_at(page, at - stride + j));
+        let here = &mut page[at * LANE_WIDTH..(at + 4) * LANE_WIDTH];
+        for (word, add) in here.chunks_exact_mut(LANE_WIDTH).zip(earlier) {
+            let v = u32::from_le_bytes((&*word).try_into().unwrap()).wrapping_add(add);
+            word.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+}
+
+/// Reassembles page number `slot` from `lanes`, XORed into `page`.
+fn join_lanes(lanes: &[u8], slot: usize, page: &mut [u8]) {
     let [l0, l1, l2, l3] = slot_in_lanes(lanes.len(), slot).map(|span| &lanes[span]);
     for ((((words, a), b), c), d) in page
         .chunks_exact_mut(8 * LANE_WIDTH)
@@ -488,7 +552,7 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     let written = written_pages(c);
     let pages = changed_pages(c.memory, c.image, &c.dead, written.as_deref());
     let page_bytes = pages.len() * PAGE_BYTES;
-    let head_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * 4;
+    let head_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * 5;
     let payload_len = head_len + page_bytes;
     if payload_len > c.max_payload_bytes || c.host_state.len() > MAX_HOST_STATE_BYTES {
         return Err(SnapshotError::TooLarge {
@@ -506,16 +570,21 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
         head.extend_from_slice(&index.to_le_bytes());
     }
     let failed = |e: std::io::Error| SnapshotError::Corrupt(format!("compression failed: {e}"));
-    let compress_head = || -> std::io::Result<Vec<u8>> {
-        with_compressor(|z| compress_into(&mut z.cctx, &mut z.out, &head))
-    };
-    let compress_pages = |indexes: &[u32]| -> std::io::Result<Vec<u8>> {
+    let compress_pages = |indexes: &[u32]| -> std::io::Result<(Vec<u8>, Vec<u8>)> {
         with_compressor(|z| compress_frame(z, c, indexes))
     };
     let chunks: Vec<&[u32]> = pages.chunks(PAGES_PER_FRAME).collect();
-    let frames = run_parallel(chunks, page_bytes, compress_pages);
-    let head_frame = compress_head().map_err(failed)?;
-    let compressed: usize = frames.iter().map(|f| f.as_ref().map_or(0, Vec::len)).sum();
+    let frames = run_parallel(chunks, page_bytes, compress_pages)
+        .into_iter()
+        .map(|frame| {
+            let (bytes, units) = frame.map_err(failed)?;
+            head.extend_from_slice(&units);
+            Ok(bytes)
+        })
+        .collect::<Result<Vec<_>, SnapshotError>>()?;
+    let head_frame =
+        with_compressor(|z| compress_into(&mut z.cctx, &mut z.out, &head)).map_err(failed)?;
+    let compressed: usize = frames.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(HEADER_BYTES + head_frame.len() + compressed);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -523,7 +592,7 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     out.extend_from_slice(&[0; 4]); // the checksum, filled in below
     out.extend_from_slice(&head_frame);
     for frame in frames {
-        out.extend_from_slice(&frame.map_err(failed)?);
+        out.extend_from_slice(&frame);
     }
     let checksum = crc32fast::hash(&out[HEADER_BYTES..]);
     out[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
@@ -542,7 +611,7 @@ fn compress_frame(
     z: &mut Compressor,
     c: &Checkpoint<'_>,
     indexes: &[u32],
-) -> std::io::Result<Vec<u8>> {
+) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     let bytes = indexes.len() * PAGE_BYTES;
     // Every byte is written below.
     z.content.resize(bytes, 0);
@@ -557,12 +626,73 @@ fn compress_frame(
             image_page(c.image, start),
         );
     }
+    let mut units = vec![0u8; indexes.len()];
     for (slot, &index) in indexes[inside..].iter().enumerate() {
         // Beyond the image the base is zeros: the delta is the page.
         let start = index as usize * PAGE_BYTES;
-        split_page(&c.memory[start..start + PAGE_BYTES], lanes, slot);
+        let page = &c.memory[start..start + PAGE_BYTES];
+        let chosen = choose_stride(page, block_hint(c, index));
+        units[inside + slot] = chosen;
+        split_page(page, lanes, slot, stride_words(chosen));
     }
-    compress_into(&mut z.cctx, &mut z.out, &z.content)
+    Ok((compress_into(&mut z.cctx, &mut z.out, &z.content)?, units))
+}
+
+/// The hint ([`Checkpoint::block_units`]) for the 64 KiB page that holds
+/// page `index`.
+fn block_hint(c: &Checkpoint<'_>, index: u32) -> u8 {
+    let start = index as usize * PAGE_BYTES;
+    c.block_units
+        .get(start / WASM_PAGE_BYTES)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Most block sizes, as multiples of the hint, that [`choose_stride`] tries.
+const STRIDE_MULTIPLES: u8 = 4;
+
+/// Words of a page [`choose_stride`] looks at: `PAGE_WORDS / 2 ..` this many
+/// more.
+const STRIDE_SAMPLE_WORDS: usize = 128;
+
+/// The stride, in block units, to store `page` with: the hint times 1 to
+/// [`STRIDE_MULTIPLES`] (neighbouring blocks of one size class are often
+/// objects of different kinds that alternate: a record and its array, and
+/// then the same field recurs every second or third block), whichever makes
+/// the most words of a sample equal to the word one stride before; or 0,
+/// no stride, when the sample holds more zero words than that.
+fn choose_stride(page: &[u8], hint: u8) -> u8 {
+    if hint == 0 {
+        return 0;
+    }
+    let sample = PAGE_WORDS / 2..PAGE_WORDS / 2 + STRIDE_SAMPLE_WORDS;
+    let score = |stride: usize| {
+        sample
+            .clone()
+            .filter(|&at| {
+                let earlier = if stride == 0 {
+                    0
+                } else {
+                    word_at(page, at - stride)
+                };
+                word_at(page, at) == earlier
+            })
+            .count()
+    };
+    let mut best = (score(0), 0u8);
+    for multiple in 1..=STRIDE_MULTIPLES {
+        let Some(units) = hint.checked_mul(multiple) else {
+            break;
+        };
+        if stride_words(units) > PAGE_WORDS / 2 {
+            break;
+        }
+        let found = score(stride_words(units));
+        if found > best.0 {
+            best = (found, units);
+        }
+    }
+    best.1
 }
 
 /// How many of the (increasing) page `indexes` lie inside an image of
@@ -771,7 +901,7 @@ pub fn decode(
         return Err(SnapshotError::ChecksumMismatch);
     }
     let max_pages = max_memory_bytes / PAGE_BYTES;
-    let max_head = 8 + 4 + 4 + MAX_HOST_STATE_BYTES + 4 + max_pages * 4;
+    let max_head = 8 + 4 + 4 + MAX_HOST_STATE_BYTES + 4 + max_pages * 5;
     // Frames state their decompressed sizes: allocate exactly that for the
     // head, after checking it, rather than the ceiling.
     let (head_frame, head_len, mut rest) = next_frame(compressed)?;
@@ -807,6 +937,7 @@ pub fn decode(
         }
         page_indexes.push(index);
     }
+    let page_units = r.take(count)?.to_vec();
     if r.at != head.len() {
         return Err(corrupt("the head has trailing bytes"));
     }
@@ -830,6 +961,7 @@ pub fn decode(
         stack_pointer,
         host_state,
         page_indexes,
+        page_units,
         frames,
     })
 }
@@ -849,6 +981,8 @@ fn run_end(pages: &[u32], i: usize) -> usize {
 struct FrameJob<'s, 'm> {
     frame: &'s [u8],
     pages: &'s [u32],
+    /// The block stride of each of `pages`.
+    units: &'s [u8],
     memory: &'m mut [u8],
     base: usize,
 }
@@ -881,9 +1015,11 @@ impl FrameJob<'_, '_> {
                     }
                     let lanes = &mut scratch[..bytes];
                     ended = fill(dctx, &mut input, lanes)?;
-                    for (slot, &index) in beyond.iter().enumerate() {
+                    let units = &self.units[inside..];
+                    for (slot, (&index, &units)) in beyond.iter().zip(units).enumerate() {
                         let at = index as usize * PAGE_BYTES - self.base;
-                        join_page(lanes, slot, &mut self.memory[at..at + PAGE_BYTES]);
+                        let page = &mut self.memory[at..at + PAGE_BYTES];
+                        join_page(lanes, slot, page, stride_words(units));
                     }
                     Ok::<_, SnapshotError>(())
                 })?;
@@ -996,11 +1132,14 @@ impl Snapshot<'_> {
         }
         let mut jobs = Vec::with_capacity(self.frames.len());
         let mut pages = &self.page_indexes[..];
+        let mut units = &self.page_units[..];
         let mut rest = memory;
         let mut base = 0usize;
         for &(frame, count) in &self.frames {
             let (mine, later) = pages.split_at(count);
             pages = later;
+            let (my_units, later_units) = units.split_at(count);
+            units = later_units;
             // This frame's memory runs from its first page to the next
             // frame's first page (or the end).
             let start = mine[0] as usize * PAGE_BYTES;
@@ -1014,6 +1153,7 @@ impl Snapshot<'_> {
             jobs.push(FrameJob {
                 frame,
                 pages: mine,
+                units: my_units,
                 memory: region,
                 base: start,
             });
@@ -1056,6 +1196,7 @@ mod tests {
             guest_hash: GUEST,
             max_payload_bytes: 1 << 20,
             memory_maps_image: false,
+            block_units: &[],
         }
     }
 
@@ -1160,7 +1301,7 @@ mod tests {
         // Three pages; the middle one goes to slot 1 of the lanes.
         let page: Vec<u8> = (0..PAGE_BYTES).map(|i| (i * 7 + i / 256) as u8).collect();
         let mut lanes = vec![0u8; 3 * PAGE_BYTES];
-        split_page(&page, &mut lanes, 1);
+        split_page(&page, &mut lanes, 1, 0);
         let n = lanes.len() / LANE_WIDTH;
         for (word, bytes) in page.chunks_exact(LANE_WIDTH).enumerate() {
             for (k, &byte) in bytes.iter().enumerate() {
@@ -1181,10 +1322,95 @@ mod tests {
         // Joined into a fresh (zero) page, the lanes give the page back;
         // an all-zero slot leaves a page as it is.
         let mut back = vec![0u8; PAGE_BYTES];
-        join_page(&lanes, 1, &mut back);
+        join_page(&lanes, 1, &mut back, 0);
         assert_eq!(back, page);
-        join_page(&lanes, 0, &mut back);
+        join_page(&lanes, 0, &mut back, 0);
         assert_eq!(back, page);
+    }
+
+    #[test]
+    fn with_a_stride_a_page_is_stored_as_differences_of_neighbouring_blocks() {
+        let stride = stride_words(3); // 48-byte blocks: 12 words
+        assert_eq!(stride, 12);
+        // Blocks of three fields: a constant, an index, an address that
+        // grows by the block size; then four spare words.
+        let mut page = vec![0u8; PAGE_BYTES];
+        for (i, block) in page.chunks_mut(48).enumerate() {
+            let fields = [0xFFF8_0001u32, i as u32, 0x10_0000 + 48 * i as u32];
+            for (word, value) in block.chunks_exact_mut(4).zip(fields) {
+                word.copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        let mut lanes = vec![0u8; PAGE_BYTES];
+        split_page(&page, &mut lanes, 0, stride);
+        let n = PAGE_WORDS;
+        let stored = |word: usize| u32::from_le_bytes(std::array::from_fn(|k| lanes[k * n + word]));
+        // The first block as it is, then each field minus the one before.
+        assert_eq!(stored(1), 0);
+        assert_eq!(stored(2), 0x10_0000);
+        for block in 1..PAGE_WORDS / stride {
+            let at = block * stride;
+            assert_eq!(
+                [stored(at), stored(at + 1), stored(at + 2)],
+                [0, 1, 48],
+                "block {block}"
+            );
+        }
+        let mut back = vec![0u8; PAGE_BYTES];
+        join_page(&lanes, 0, &mut back, stride);
+        assert_eq!(back, page);
+    }
+
+    /// 2 MiB beyond a 1 MiB image in blocks of `block` bytes: a counter, a
+    /// constant, an address one block apart and a count that is mostly 1 (as
+    /// QuickJS's objects are: a shape, an index, the next property array,
+    /// a reference count).
+    fn blocks_sample(block: usize) -> (Vec<u8>, Vec<u8>) {
+        let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+        let mut memory = image.clone();
+        memory.resize(3 << 20, 0);
+        for (i, b) in memory[1 << 20..].chunks_mut(block).enumerate() {
+            let count = 1 + u32::from(i % 16 == 5);
+            let fields = [i as u32, 0xFFF8_0001, (block * i) as u32, count];
+            for (word, value) in b.chunks_exact_mut(4).zip(fields) {
+                word.copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        (image, memory)
+    }
+
+    #[test]
+    fn block_hints_make_equal_blocks_smaller_and_any_hint_restores() {
+        let (image, memory) = blocks_sample(32);
+        let pages = memory.len() / WASM_PAGE_BYTES;
+        let mut c = checkpoint(&memory, &image, 0..0);
+        c.max_payload_bytes = 64 << 20;
+        let plain = encode(&c).unwrap().bytes;
+        let right = vec![2u8; pages]; // 32-byte blocks
+        c.block_units = &right;
+        let hinted = encode(&c).unwrap().bytes;
+        assert!(
+            hinted.len() * 3 < plain.len(),
+            "{} bytes hinted, {} plain",
+            hinted.len(),
+            plain.len()
+        );
+        // Wrong, odd, maximal, partial and missing hints restore exactly.
+        let wrong: Vec<u8> = (0..pages).map(|p| [0, 1, 3, 7, 32, 255][p % 6]).collect();
+        let short = vec![2u8; pages / 2];
+        for units in [&right[..], &wrong[..], &short[..], &[][..]] {
+            c.block_units = units;
+            let encoded = encode(&c).unwrap();
+            let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+            let mut restored = image.clone();
+            restored.resize(memory.len(), 0);
+            snap.apply(&mut restored, image.len()).unwrap();
+            assert!(
+                restored == memory,
+                "hints {:?}",
+                &units[..units.len().min(20)]
+            );
+        }
     }
 
     #[test]
@@ -1230,6 +1456,10 @@ mod tests {
         let (image, memory) = large_sample();
         let mut c = checkpoint(&memory, &image, 0..0);
         c.max_payload_bytes = 64 << 20;
+        let units: Vec<u8> = (0..memory.len() / WASM_PAGE_BYTES)
+            .map(|p| [0, 4, 1, 9][p % 4])
+            .collect();
+        c.block_units = &units;
         let encoded = encode(&c).unwrap();
         assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
         let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
