@@ -278,50 +278,42 @@ fn stride_words(units: u8) -> usize {
     usize::from(units) * BLOCK_UNIT_BYTES / LANE_WIDTH
 }
 
-/// The little-endian word `i` of `page`.
-fn word_at(page: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes(
-        page[i * LANE_WIDTH..(i + 1) * LANE_WIDTH]
-            .try_into()
-            .unwrap(),
-    )
+/// The page as little-endian 4-byte words.
+fn page_words(page: &[u8]) -> [u32; PAGE_WORDS] {
+    let mut words = [0u32; PAGE_WORDS];
+    for (word, bytes) in words.iter_mut().zip(page.chunks_exact(LANE_WIDTH)) {
+        *word = u32::from_le_bytes(bytes.try_into().unwrap());
+    }
+    words
 }
 
-/// Writes the words of `page` into `lanes` as page number `slot`; with a
+/// Writes `words` (a page, [`page_words`]) into `lanes` as page number
+/// `slot`; with a
 /// `stride` (in words, see [`stride_words`]), each word from the
 /// `stride`-th on minus the word `stride` before it (wrapping). In a page
 /// of equal blocks the same field of neighbouring blocks often holds the
 /// same value (a shape, a reference count) or one that grows by a constant
 /// (an index, the address of the next block): the differences are mostly
 /// zeros and repeats.
-fn split_page(page: &[u8], lanes: &mut [u8], slot: usize, stride: usize) {
+fn split_page(words: &[u32; PAGE_WORDS], lanes: &mut [u8], slot: usize, stride: usize) {
+    let mut stored = *words;
+    if stride != 0 {
+        for (out, (&word, &earlier)) in stored[stride..]
+            .iter_mut()
+            .zip(words[stride..].iter().zip(&words[..PAGE_WORDS - stride]))
+        {
+            *out = word.wrapping_sub(earlier);
+        }
+    }
     let [l0, l1, l2, l3] = lanes
         .get_disjoint_mut(slot_in_lanes(lanes.len(), slot))
         .expect("a slot's four lane parts are disjoint and in bounds");
-    // Eight words at a time: one 8-byte store per lane.
-    for (chunk, ((((words, a), b), c), d)) in page
-        .chunks_exact(8 * LANE_WIDTH)
-        .zip(l0.chunks_exact_mut(8))
-        .zip(l1.chunks_exact_mut(8))
-        .zip(l2.chunks_exact_mut(8))
-        .zip(l3.chunks_exact_mut(8))
-        .enumerate()
-    {
-        let mut x = [0u64; LANE_WIDTH];
-        for (i, word) in words.chunks_exact(LANE_WIDTH).enumerate() {
-            let mut v = u32::from_le_bytes(word.try_into().unwrap());
-            let at = chunk * 8 + i;
-            if stride != 0 && at >= stride {
-                v = v.wrapping_sub(word_at(page, at - stride));
-            }
-            for (k, lane) in x.iter_mut().enumerate() {
-                *lane |= u64::from((v >> (8 * k)) as u8) << (8 * i);
-            }
-        }
-        a.copy_from_slice(&x[0].to_le_bytes());
-        b.copy_from_slice(&x[1].to_le_bytes());
-        c.copy_from_slice(&x[2].to_le_bytes());
-        d.copy_from_slice(&x[3].to_le_bytes());
+    // Byte by byte in one simple loop, which the compiler vectorizes.
+    for (i, &v) in stored.iter().enumerate() {
+        l0[i] = v as u8;
+        l1[i] = (v >> 8) as u8;
+        l2[i] = (v >> 16) as u8;
+        l3[i] = (v >> 24) as u8;
     }
 }
 
@@ -340,13 +332,15 @@ fn join_page(lanes: &[u8], slot: usize, page: &mut [u8], stride: usize) {
 /// in order. Four words at a time: a stride is at least four words, so
 /// the four earlier words are final.
 fn undo_stride(page: &mut [u8], stride: usize) {
+    let mut words = page_words(page);
     for at in (stride..PAGE_WORDS).step_by(4) {
-        let earlier: [u32; 4] = std::array::from_fn(|j| word_at(page, at - stride + j));
-        let here = &mut page[at * LANE_WIDTH..(at + 4) * LANE_WIDTH];
-        for (word, add) in here.chunks_exact_mut(LANE_WIDTH).zip(earlier) {
-            let v = u32::from_le_bytes((&*word).try_into().unwrap()).wrapping_add(add);
-            word.copy_from_slice(&v.to_le_bytes());
+        let earlier: [u32; 4] = words[at - stride..at - stride + 4].try_into().unwrap();
+        for (word, add) in words[at..at + 4].iter_mut().zip(earlier) {
+            *word = word.wrapping_add(add);
         }
+    }
+    for (bytes, word) in page.chunks_exact_mut(LANE_WIDTH).zip(words) {
+        bytes.copy_from_slice(&word.to_le_bytes());
     }
 }
 
@@ -617,26 +611,70 @@ fn compress_frame(
     z.content.resize(bytes, 0);
     z.content.truncate(bytes);
     let inside = inside_image(indexes, c.image.len());
-    let (deltas, lanes) = z.content.split_at_mut(inside * PAGE_BYTES);
-    for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
+    let delta_of = |index: u32, out: &mut [u8]| {
         let start = index as usize * PAGE_BYTES;
         xor_into(
-            delta,
+            out,
             &c.memory[start..start + PAGE_BYTES],
             image_page(c.image, start),
         );
-    }
+    };
     let mut units = vec![0u8; indexes.len()];
-    for (slot, &index) in indexes[inside..].iter().enumerate() {
-        // Beyond the image the base is zeros: the delta is the page.
-        let start = index as usize * PAGE_BYTES;
-        let page = &c.memory[start..start + PAGE_BYTES];
-        let chosen = choose_stride(page, block_hint(c, index));
-        units[inside + slot] = chosen;
-        split_page(page, lanes, slot, stride_words(chosen));
+    let in_place = if dense_deltas(c, &indexes[..inside]) {
+        units[..inside].fill(IMAGE_PAGE_IN_LANES);
+        0
+    } else {
+        inside
+    };
+    let (deltas, lanes) = z.content.split_at_mut(in_place * PAGE_BYTES);
+    for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
+        delta_of(index, delta);
+    }
+    for (slot, &index) in indexes[in_place..].iter().enumerate() {
+        let at = in_place + slot;
+        if at < inside {
+            let mut delta = [0u8; PAGE_BYTES];
+            delta_of(index, &mut delta);
+            split_page(&page_words(&delta), lanes, slot, 0);
+        } else {
+            // Beyond the image the base is zeros: the delta is the page.
+            let start = index as usize * PAGE_BYTES;
+            let words = page_words(&c.memory[start..start + PAGE_BYTES]);
+            units[at] = choose_stride(&words, block_hint(c, index));
+            split_page(&words, lanes, slot, stride_words(units[at]));
+        }
     }
     Ok((compress_into(&mut z.cctx, &mut z.out, &z.content)?, units))
 }
+
+/// Whether the XOR deltas of the image pages `indexes` have a nonzero word
+/// in [`DENSE_DELTA_FRACTION`] or more of their words: a garbage collection
+/// relinked the runtime's objects. Such deltas compress smaller and faster
+/// split into lanes (measured: 179 → 110 KB, 2.7 → 1.8 ms for 255 pages);
+/// a few changed bytes among zeros (a cell that parked without collecting)
+/// compress smaller in place.
+fn dense_deltas(c: &Checkpoint<'_>, indexes: &[u32]) -> bool {
+    let mut nonzero = 0usize;
+    for &index in indexes {
+        let start = index as usize * PAGE_BYTES;
+        let page = &c.memory[start..start + PAGE_BYTES];
+        let base = image_page(c.image, start);
+        nonzero += page
+            .chunks_exact(LANE_WIDTH)
+            .zip(base.chunks_exact(LANE_WIDTH))
+            .filter(|(a, b)| a != b)
+            .count();
+    }
+    nonzero * DENSE_DELTA_FRACTION >= indexes.len() * PAGE_WORDS && !indexes.is_empty()
+}
+
+/// See [`dense_deltas`]: one word in this many.
+const DENSE_DELTA_FRACTION: usize = 8;
+
+/// The per-page layout byte of an image page whose delta is stored in
+/// lanes (0: in place). For a page beyond the image the byte is its block
+/// stride ([`Checkpoint::block_units`]).
+const IMAGE_PAGE_IN_LANES: u8 = 1;
 
 /// The hint ([`Checkpoint::block_units`]) for the 64 KiB page that holds
 /// page `index`.
@@ -661,23 +699,18 @@ const STRIDE_SAMPLE_WORDS: usize = 128;
 /// then the same field recurs every second or third block), whichever makes
 /// the most words of a sample equal to the word one stride before; or 0,
 /// no stride, when the sample holds more zero words than that.
-fn choose_stride(page: &[u8], hint: u8) -> u8 {
+fn choose_stride(words: &[u32; PAGE_WORDS], hint: u8) -> u8 {
     if hint == 0 {
         return 0;
     }
     let sample = PAGE_WORDS / 2..PAGE_WORDS / 2 + STRIDE_SAMPLE_WORDS;
     let score = |stride: usize| {
-        sample
-            .clone()
-            .filter(|&at| {
-                let earlier = if stride == 0 {
-                    0
-                } else {
-                    word_at(page, at - stride)
-                };
-                word_at(page, at) == earlier
-            })
-            .count()
+        let here = &words[sample.clone()];
+        if stride == 0 {
+            return here.iter().filter(|&&word| word == 0).count();
+        }
+        let earlier = &words[sample.start - stride..sample.end - stride];
+        here.iter().zip(earlier).filter(|(a, b)| a == b).count()
     };
     let mut best = (score(0), 0u8);
     for multiple in 1..=STRIDE_MULTIPLES {
@@ -995,7 +1028,12 @@ impl FrameJob<'_, '_> {
     fn run(mut self, image_bytes: usize) -> Result<(), SnapshotError> {
         self.prefault();
         let inside = inside_image(self.pages, image_bytes);
-        let (deltas, beyond) = self.pages.split_at(inside);
+        // Image pages stored in place come first; the rest are in lanes.
+        let in_place = self.units[..inside]
+            .iter()
+            .take_while(|&&layout| layout == 0)
+            .count();
+        let (deltas, beyond) = self.pages.split_at(in_place);
         with_dctx(|dctx| {
             reset(dctx)?;
             let mut input = zstd::zstd_safe::InBuffer::around(self.frame);
@@ -1015,11 +1053,17 @@ impl FrameJob<'_, '_> {
                     }
                     let lanes = &mut scratch[..bytes];
                     ended = fill(dctx, &mut input, lanes)?;
-                    let units = &self.units[inside..];
+                    let units = &self.units[in_place..];
                     for (slot, (&index, &units)) in beyond.iter().zip(units).enumerate() {
                         let at = index as usize * PAGE_BYTES - self.base;
                         let page = &mut self.memory[at..at + PAGE_BYTES];
-                        join_page(lanes, slot, page, stride_words(units));
+                        // An image page's layout byte is not a stride.
+                        let stride = if in_place + slot < inside {
+                            0
+                        } else {
+                            stride_words(units)
+                        };
+                        join_page(lanes, slot, page, stride);
                     }
                     Ok::<_, SnapshotError>(())
                 })?;
@@ -1301,7 +1345,7 @@ mod tests {
         // Three pages; the middle one goes to slot 1 of the lanes.
         let page: Vec<u8> = (0..PAGE_BYTES).map(|i| (i * 7 + i / 256) as u8).collect();
         let mut lanes = vec![0u8; 3 * PAGE_BYTES];
-        split_page(&page, &mut lanes, 1, 0);
+        split_page(&page_words(&page), &mut lanes, 1, 0);
         let n = lanes.len() / LANE_WIDTH;
         for (word, bytes) in page.chunks_exact(LANE_WIDTH).enumerate() {
             for (k, &byte) in bytes.iter().enumerate() {
@@ -1342,7 +1386,7 @@ mod tests {
             }
         }
         let mut lanes = vec![0u8; PAGE_BYTES];
-        split_page(&page, &mut lanes, 0, stride);
+        split_page(&page_words(&page), &mut lanes, 0, stride);
         let n = PAGE_WORDS;
         let stored = |word: usize| u32::from_le_bytes(std::array::from_fn(|k| lanes[k * n + word]));
         // The first block as it is, then each field minus the one before.
@@ -1440,6 +1484,8 @@ mod tests {
         let bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
         assert!(bytes.len() < 64 * PAGE_BYTES / 20, "{} bytes", bytes.len());
         let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+        // Sparse deltas are stored in place.
+        assert!(snap.page_units.iter().all(|&layout| layout == 0));
         let mut restored = image.clone();
         snap.apply(&mut restored, image.len()).unwrap();
         assert_eq!(restored, memory);
@@ -1464,6 +1510,12 @@ mod tests {
         assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
         let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
         assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
+        // The image pages' deltas are dense: they are stored in lanes.
+        let inside = inside_image(&snap.page_indexes, image.len());
+        assert!(inside > 0);
+        assert!(snap.page_units[..inside]
+            .iter()
+            .all(|&layout| layout == IMAGE_PAGE_IN_LANES));
         let mut restored = image.clone();
         restored.resize(memory.len(), 0);
         snap.apply(&mut restored, image.len()).unwrap();
