@@ -53,19 +53,37 @@
 //!
 //! The first frame is the head (little endian): memory size in bytes
 //! (u64), stack pointer (u32), host-state length (u32) and bytes, page
-//! count (u32), then the page indexes (u32 each, strictly increasing). The
-//! page deltas follow in order, split into independent frames of at most
-//! [`PAGES_PER_FRAME`] pages, so that large snapshots are compressed and
-//! restored on several cores at once (at most [`MAX_CODEC_THREADS`]). Every
-//! frame states its decompressed size.
+//! count (u32), the page indexes (u32 each, strictly increasing), then one
+//! layout byte per page (below). The page deltas follow in order, split
+//! into independent frames of at most [`PAGES_PER_FRAME`] pages, so that
+//! large snapshots are compressed and restored on several cores at once
+//! (at most [`MAX_CODEC_THREADS`]). Every frame states its decompressed
+//! size.
 //!
-//! A frame's content is the deltas of its pages inside the image, one
-//! after the other, then those of its pages beyond the image (the heap the
-//! cell grew) split into four lanes: seen as `n` little-endian 4-byte
+//! A frame's content is first the deltas, in place, of its image pages
+//! whose layout byte is 0, one after the other; then the deltas of all its
+//! other pages split into four lanes: seen as `n` little-endian 4-byte
 //! words, lane `k` (`k·n .. (k+1)·n` of that part) holds byte `k` of every
 //! word, in order. Memory full of 32-bit pointers and NaN-boxed values
 //! repeats its high bytes; grouped by position they compress ~2.5×
 //! smaller, and zstd gets through them ~1.8× faster, than in place.
+//!
+//! - An image page's layout byte says where its delta is: 0 in place, 1 in
+//!   the lanes. The encoder puts a frame's image pages in the lanes when
+//!   their deltas are dense (one word in eight or more differs: a garbage
+//!   collection relinked the runtime's objects); sparse deltas compress
+//!   smaller in place.
+//! - A page beyond the image (the heap the cell grew) is its own delta,
+//!   and its layout byte is a block stride `s` in [`BLOCK_UNIT_BYTES`]:
+//!   when `s > 0`, each word from word `w = 4s` on is stored minus the
+//!   word `w` words earlier in the page (wrapping), the first `w` as they
+//!   are. The guest allocator lays pages out in equal blocks (its size
+//!   classes), and the same field of neighbouring blocks (a shape, a
+//!   reference count, an index, the address of the next block) repeats or
+//!   grows by a constant: the differences are mostly zeros and repeats.
+//!   The encoder takes the hint [`Checkpoint::block_units`] and picks 1 to
+//!   4 times it (objects of two kinds often alternate in one class), or
+//!   none, by sampling the page.
 //!
 //! The size bounded by `max_payload_bytes` (quickcell's `maxSnapshotBytes`)
 //! is the uncompressed payload — head plus changed pages — so the limit
@@ -80,7 +98,8 @@
 //!
 //! Restoring XORs each frame's deltas into the target memory (a fresh
 //! instance's: the image, zeros beyond it): those in place page by page,
-//! the lanes through a per-thread buffer of at most one frame (2 MiB).
+//! the lanes through a per-thread buffer of at most one frame (2 MiB),
+//! then adds back each strided page's earlier words.
 //! Nothing of the size of the memory is allocated on the way.
 
 use std::ops::Range;
@@ -192,7 +211,7 @@ pub struct Checkpoint<'a> {
     /// (a private copy-on-write mapping of it, anonymous zero memory
     /// beyond it), so a page the kernel reports as never written in this
     /// mapping still holds its image bytes. On Linux such pages are then
-    /// found with `/proc/self/pagemap` and not compared ([`changed_pages`]);
+    /// found with `/proc/self/pagemap` and not compared (`changed_pages`);
     /// elsewhere, or when the file cannot be read, every page is compared.
     /// `false` for memory that is not such a mapping (a copy, a `Vec`).
     pub memory_maps_image: bool,
