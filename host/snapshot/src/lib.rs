@@ -678,11 +678,8 @@ fn dense_deltas(c: &Checkpoint<'_>, indexes: &[u32]) -> bool {
         let start = index as usize * PAGE_BYTES;
         let page = &c.memory[start..start + PAGE_BYTES];
         let base = image_page(c.image, start);
-        nonzero += page
-            .chunks_exact(LANE_WIDTH)
-            .zip(base.chunks_exact(LANE_WIDTH))
-            .filter(|(a, b)| a != b)
-            .count();
+        let (page, base) = (page_words(page), page_words(base));
+        nonzero += page.iter().zip(&base).filter(|(a, b)| a != b).count();
     }
     nonzero * DENSE_DELTA_FRACTION >= indexes.len() * PAGE_WORDS && !indexes.is_empty()
 }
