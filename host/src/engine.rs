@@ -180,10 +180,8 @@ impl SharedEngine {
 
     /// Instantiates the module in a new store and pre-faults the hot pages.
     async fn fresh_instance(&self) -> Result<FreshInstance> {
-        let mut store = Store::new(&self.engine, CellState::for_preinit());
+        let mut store = unlimited_store(&self.engine)?;
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
-        store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
-        store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
         let instance = self
             .instance_pre
             .instantiate_async(&mut store)
@@ -324,15 +322,21 @@ impl SharedEngine {
     }
 }
 
+/// A store with placeholder [`CellState`], unlimited fuel and no deadline.
+fn unlimited_store(engine: &Engine) -> Result<Store<CellState>> {
+    let mut store = Store::new(engine, CellState::for_preinit());
+    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
+    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
+    Ok(store)
+}
+
 /// Instantiates the module once; returns a copy of its initial linear
 /// memory and the initial value of its stack pointer.
 async fn read_memory_image(
     engine: &Engine,
     pre: &InstancePre<CellState>,
 ) -> Result<(Vec<u8>, usize)> {
-    let mut store = Store::new(engine, CellState::for_preinit());
-    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
-    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
+    let mut store = unlimited_store(engine)?;
     let instance = pre
         .instantiate_async(&mut store)
         .await
@@ -414,9 +418,7 @@ fn store_cached(module: &Module, path: &PathBuf) {
 /// Runs the guest's initialization once under wasmtime-wizer and compiles
 /// the resulting pre-initialized module.
 async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Module> {
-    let mut store = Store::new(engine, CellState::for_preinit());
-    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
-    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
+    let mut store = unlimited_store(engine)?;
     let wizer = wasmtime_wizer::Wizer::new();
     let initialized = wizer
         .run(&mut store, GUEST_WASM, async |store, module| {
