@@ -307,9 +307,8 @@ fn page_words(page: &[u8]) -> [u32; PAGE_WORDS] {
 }
 
 /// Writes `words` (a page, [`page_words`]) into `lanes` as page number
-/// `slot`; with a
-/// `stride` (in words, see [`stride_words`]), each word from the
-/// `stride`-th on minus the word `stride` before it (wrapping). In a page
+/// `slot`; with a `stride` (in words, see [`stride_words`]), each word
+/// from the `stride`-th on minus the word `stride` before it (wrapping). In a page
 /// of equal blocks the same field of neighbouring blocks often holds the
 /// same value (a shape, a reference count) or one that grows by a constant
 /// (an index, the address of the next block): the differences are mostly
@@ -630,14 +629,6 @@ fn compress_frame(
     z.content.resize(bytes, 0);
     z.content.truncate(bytes);
     let inside = inside_image(indexes, c.image.len());
-    let delta_of = |index: u32, out: &mut [u8]| {
-        let start = index as usize * PAGE_BYTES;
-        xor_into(
-            out,
-            &c.memory[start..start + PAGE_BYTES],
-            image_page(c.image, start),
-        );
-    };
     let mut units = vec![0u8; indexes.len()];
     let in_place = if dense_deltas(c, &indexes[..inside]) {
         units[..inside].fill(IMAGE_PAGE_IN_LANES);
@@ -647,14 +638,17 @@ fn compress_frame(
     };
     let (deltas, lanes) = z.content.split_at_mut(in_place * PAGE_BYTES);
     for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
-        delta_of(index, delta);
+        let start = index as usize * PAGE_BYTES;
+        xor_into(
+            delta,
+            &c.memory[start..start + PAGE_BYTES],
+            image_page(c.image, start),
+        );
     }
     for (slot, &index) in indexes[in_place..].iter().enumerate() {
         let at = in_place + slot;
         if at < inside {
-            let mut delta = [0u8; PAGE_BYTES];
-            delta_of(index, &mut delta);
-            split_page(&page_words(&delta), lanes, slot, 0);
+            split_page(&delta_words(c, index), lanes, slot, 0);
         } else {
             // Beyond the image the base is zeros: the delta is the page.
             let start = index as usize * PAGE_BYTES;
@@ -673,15 +667,21 @@ fn compress_frame(
 /// a few changed bytes among zeros (a cell that parked without collecting)
 /// compress smaller in place.
 fn dense_deltas(c: &Checkpoint<'_>, indexes: &[u32]) -> bool {
-    let mut nonzero = 0usize;
-    for &index in indexes {
-        let start = index as usize * PAGE_BYTES;
-        let page = &c.memory[start..start + PAGE_BYTES];
-        let base = image_page(c.image, start);
-        let (page, base) = (page_words(page), page_words(base));
-        nonzero += page.iter().zip(&base).filter(|(a, b)| a != b).count();
-    }
+    let nonzero: usize = indexes
+        .iter()
+        .map(|&index| delta_words(c, index).iter().filter(|&&w| w != 0).count())
+        .sum();
     nonzero * DENSE_DELTA_FRACTION >= indexes.len() * PAGE_WORDS && !indexes.is_empty()
+}
+
+/// The XOR delta of image page `index` as words ([`page_words`]).
+fn delta_words(c: &Checkpoint<'_>, index: u32) -> [u32; PAGE_WORDS] {
+    let start = index as usize * PAGE_BYTES;
+    let mut words = page_words(&c.memory[start..start + PAGE_BYTES]);
+    for (word, base) in words.iter_mut().zip(page_words(image_page(c.image, start))) {
+        *word ^= base;
+    }
+    words
 }
 
 /// See [`dense_deltas`]: one word in this many.
