@@ -230,6 +230,7 @@ unsafe fn give_pages(first: usize, n: usize) {
 
 /// Takes a span for `class` and carves the first block from it.
 #[cold]
+#[inline(never)]
 unsafe fn refill(class: usize) -> *mut u8 {
     let s = state();
     let Some(page) = take_pages(1) else {
@@ -390,10 +391,36 @@ unsafe fn large_header(block: *mut u8) -> (*mut u8, usize) {
     (*header as usize as *mut u8, *header.add(1) as usize)
 }
 
+/// `malloc`'s fast path, inlined into every entry point: a block from its
+/// class's free list or current span. Everything else (a new span, large
+/// and huge blocks) is [`alloc_slow`], out of line, so the fast path takes
+/// no shadow-stack frame and saves few registers: QuickJS allocates a few
+/// blocks for every object and string it makes.
 #[inline(always)]
 unsafe fn alloc(size: usize) -> *mut u8 {
     if size <= SMALL_MAX {
-        small_alloc(size.max(1).div_ceil(CLASS_STEP))
+        let class = size.max(1).div_ceil(CLASS_STEP);
+        let s = state();
+        let head = (*s).free[class];
+        if head != 0 {
+            (*s).free[class] = *(head as *const usize);
+            return head as *mut u8;
+        }
+        let (next, end) = (*s).carve[class];
+        if next < end {
+            (*s).carve[class].0 = next + class * CLASS_STEP;
+            return next as *mut u8;
+        }
+    }
+    alloc_slow(size)
+}
+
+/// `malloc` past the fast path of [`alloc`].
+#[cold]
+#[inline(never)]
+unsafe fn alloc_slow(size: usize) -> *mut u8 {
+    if size <= SMALL_MAX {
+        refill(size.max(1).div_ceil(CLASS_STEP))
     } else if size < HUGE_MIN {
         large_alloc(size, CLASS_STEP)
     } else {
@@ -401,17 +428,25 @@ unsafe fn alloc(size: usize) -> *mut u8 {
     }
 }
 
+/// `free`'s fast path (a small block goes back on its class's free list);
+/// large and huge blocks go to [`release_slow`].
 #[inline(always)]
 unsafe fn release(block: *mut u8) {
-    if block.is_null() {
-        return;
-    }
     let class = class_of_page(block as usize);
     if is_class(class) {
         let s = state();
         *(block as *mut usize) = (*s).free[class];
         (*s).free[class] = block as usize;
-    } else if class == 0 {
+    } else if !block.is_null() {
+        release_slow(block, class);
+    }
+}
+
+/// `free` of a large or huge block.
+#[cold]
+#[inline(never)]
+unsafe fn release_slow(block: *mut u8, class: usize) {
+    if class == 0 {
         let (raw, _) = large_header(block);
         (*state()).large.c_free(raw);
     } else {
@@ -420,6 +455,7 @@ unsafe fn release(block: *mut u8) {
     }
 }
 
+#[inline(always)]
 unsafe fn usable_size(block: *mut u8) -> usize {
     if block.is_null() {
         return 0;
@@ -432,6 +468,46 @@ unsafe fn usable_size(block: *mut u8) -> usize {
     } else {
         huge_run(block).1 * WASM_PAGE - HUGE_HEADER
     }
+}
+
+/// `realloc`. A size that still fits the block keeps it, unless a large
+/// block would be left less than half used (QuickJS trims its string
+/// buffers with `realloc`: keeping the slack would double their memory).
+#[inline(always)]
+unsafe fn resize(block: *mut u8, size: usize) -> *mut u8 {
+    if !block.is_null() && size != 0 {
+        let old = usable_size(block);
+        let fits = if old <= SMALL_MAX {
+            size <= old
+        } else {
+            size <= old && size > SMALL_MAX && size >= old / 2
+        };
+        if fits {
+            return block;
+        }
+    }
+    resize_slow(block, size)
+}
+
+/// `realloc` past the fast path of [`resize`]: a null block, a zero size,
+/// or a block that must move.
+#[cold]
+#[inline(never)]
+unsafe fn resize_slow(block: *mut u8, size: usize) -> *mut u8 {
+    if block.is_null() {
+        return alloc(size);
+    }
+    if size == 0 {
+        release(block);
+        return ptr::null_mut();
+    }
+    let old = usable_size(block);
+    let moved = alloc(size);
+    if !moved.is_null() {
+        ptr::copy_nonoverlapping(block, moved, old.min(size));
+        release(block);
+    }
+    moved
 }
 
 unsafe fn aligned(align: usize, size: usize) -> *mut u8 {
@@ -470,34 +546,10 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     block.cast()
 }
 
-/// C `realloc`. A size that still fits the block keeps it, unless a large
-/// block would be left less than half used (QuickJS trims its string
-/// buffers with `realloc`: keeping the slack would double their memory).
+/// C `realloc` (see [`resize`]).
 #[no_mangle]
 pub unsafe extern "C" fn realloc(block: *mut c_void, size: usize) -> *mut c_void {
-    let block: *mut u8 = block.cast();
-    if block.is_null() {
-        return alloc(size).cast();
-    }
-    if size == 0 {
-        release(block);
-        return ptr::null_mut();
-    }
-    let old = usable_size(block);
-    let fits = if old <= SMALL_MAX {
-        size <= old
-    } else {
-        size <= old && size > SMALL_MAX && size >= old / 2
-    };
-    if fits {
-        return block.cast();
-    }
-    let moved = alloc(size);
-    if !moved.is_null() {
-        ptr::copy_nonoverlapping(block, moved, old.min(size));
-        release(block);
-    }
-    moved.cast()
+    resize(block.cast(), size).cast()
 }
 
 /// C `aligned_alloc`.
@@ -522,7 +574,8 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     0
 }
 
-/// `malloc_usable_size` (QuickJS counts its heap with it).
+/// `malloc_usable_size`. (QuickJS does not call it on WASI; see
+/// [`quickjs::usable_size`].)
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
     usable_size(block.cast())
@@ -544,4 +597,63 @@ pub unsafe extern "C" fn __libc_free(block: *mut c_void) {
 #[no_mangle]
 pub unsafe extern "C" fn __libc_calloc(count: usize, size: usize) -> *mut c_void {
     calloc(count, size)
+}
+
+/// QuickJS's allocator hooks (the fields of its `JSMallocFunctions`),
+/// each straight over this allocator's fast paths. QuickJS's defaults
+/// (`js_def_malloc` and friends) only forward to `malloc`, `free`,
+/// `calloc` and `realloc`: one wasm call more on every block QuickJS
+/// takes or gives back, and under Wasmtime each call pays a stack, fuel
+/// and epoch check. See `install_allocator` in `lib.rs`.
+pub(crate) mod quickjs {
+    use super::*;
+
+    /// C's `size_t` as the QuickJS bindings spell it (32 bits in wasm32).
+    type SizeT = u32;
+
+    /// `js_calloc`.
+    pub(crate) unsafe extern "C" fn calloc(
+        _: *mut c_void,
+        count: SizeT,
+        size: SizeT,
+    ) -> *mut c_void {
+        super::calloc(count as usize, size as usize)
+    }
+
+    /// `js_malloc`.
+    pub(crate) unsafe extern "C" fn malloc(_: *mut c_void, size: SizeT) -> *mut c_void {
+        alloc(size as usize).cast()
+    }
+
+    /// `js_free`.
+    pub(crate) unsafe extern "C" fn free(_: *mut c_void, block: *mut c_void) {
+        release(block.cast())
+    }
+
+    /// `js_realloc`.
+    pub(crate) unsafe extern "C" fn realloc(
+        _: *mut c_void,
+        block: *mut c_void,
+        size: SizeT,
+    ) -> *mut c_void {
+        resize(block.cast(), size as usize).cast()
+    }
+
+    /// `js_malloc_usable_size`: 0, as QuickJS's default returns on WASI
+    /// (its `js__malloc_usable_size` knows no `malloc_usable_size` there).
+    /// QuickJS then counts 8 bytes per block (its `MALLOC_OVERHEAD`) towards its heap size, its
+    /// memory limit and its collection threshold; keeping that accounting
+    /// keeps every limit and collection where it was. The cell's memory
+    /// limit is enforced by the linear-memory cap (a refused `memory.grow`
+    /// makes `malloc` return null, which QuickJS reports as out of memory)
+    /// and by QuickJS for a single block larger than the limit.
+    pub(crate) unsafe extern "C" fn usable_size(_: *const c_void) -> SizeT {
+        0
+    }
+
+    /// Whether `block` is a small block of this allocator (used to check
+    /// that the hooks being replaced allocate here).
+    pub(crate) fn is_small_block(block: *mut c_void) -> bool {
+        !block.is_null() && is_class(class_of_page(block as usize))
+    }
 }
