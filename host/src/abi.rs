@@ -43,7 +43,8 @@ const MAX_TABLE_ELEMENTS: usize = 100_000;
 /// blocks (its 32 size classes of 16 to 512 bytes, in 16-byte units).
 const MAX_BLOCK_UNITS: u8 = 32;
 
-/// Marker error raised when a cell passes its wall-clock deadline.
+/// Marker error of a guest call stopped at its cell's wall-clock deadline
+/// (see [`before_deadline`]).
 #[derive(Debug)]
 pub(crate) struct DeadlineExceeded;
 
@@ -113,6 +114,10 @@ pub(crate) struct CellState {
     pub fault: Option<String>,
     /// Added to [`process_nanos`] to give the guest's monotonic clock.
     pub clock_offset_ns: u64,
+    /// The call's deadline, in [`process_nanos`] (`u64::MAX`: none). Guest
+    /// code stops when it passes ([`before_deadline`]); an `awaitResults`
+    /// cell's deadline moves later while it waits on tools.
+    pub deadline_ns: u64,
     /// The instance's memory, kept here so the host functions do not look
     /// the export up by name on every call (set by [`GuestExports::new`]).
     memory: Option<Memory>,
@@ -145,6 +150,7 @@ impl CellState {
         Self {
             wasi: sandboxed_wasi(clock_offset_ns),
             clock_offset_ns,
+            deadline_ns: u64::MAX,
             memory_cap,
             memory_refused: false,
             output,
@@ -157,16 +163,19 @@ impl CellState {
     }
 
     /// Readies the state of a fresh instance's store for a cell call: what
-    /// [`CellState::with_clock_offset`] makes, keeping the instance's memory.
+    /// [`CellState::with_clock_offset`] makes, with the call's deadline,
+    /// keeping the instance's memory.
     pub(crate) fn prepare_call(
         &mut self,
         memory_cap: usize,
         output: OutputBuffer,
         clock_offset_ns: u64,
+        deadline_ns: u64,
     ) {
         let memory = self.memory;
         *self = Self::with_clock_offset(memory_cap, output, clock_offset_ns);
         self.memory = memory;
+        self.deadline_ns = deadline_ns;
     }
 
     pub(crate) fn for_preinit() -> Self {
@@ -392,7 +401,12 @@ impl GuestExports {
     ) -> wasmtime::Result<(u32, u32)> {
         let len = u32::try_from(s.len())
             .map_err(|_| wasmtime::Error::msg("string too large for the guest"))?;
-        let ptr = self.realloc.call_async(&mut *store, (0, 0, 1, len)).await?;
+        let deadline = store.data().deadline_ns;
+        let ptr = before_deadline(
+            deadline,
+            self.realloc.call_async(&mut *store, (0, 0, 1, len)),
+        )
+        .await?;
         self.memory.write(&mut *store, ptr as usize, s.as_bytes())?;
         Ok((ptr, len))
     }
@@ -427,12 +441,14 @@ impl GuestExports {
         let (sp, sl) = self.pass_string(store, cell_function).await?;
         let (op, ol) = self.pass_string(store, options_json).await?;
         let (mp, ml) = self.pass_string(store, tool_metas_json).await?;
-        let ret = self
-            .start
-            .call_async(&mut *store, (sp, sl, op, ol, mp, ml))
-            .await?;
+        let deadline = store.data().deadline_ns;
+        let ret = before_deadline(
+            deadline,
+            self.start.call_async(&mut *store, (sp, sl, op, ol, mp, ml)),
+        )
+        .await?;
         let status = self.read_returned_string(store, ret)?;
-        self.post_start.call_async(&mut *store, ret).await?;
+        before_deadline(deadline, self.post_start.call_async(&mut *store, ret)).await?;
         Ok(status)
     }
 }
@@ -440,9 +456,10 @@ impl GuestExports {
 impl GuestExports {
     /// Calls `cell.status()` and returns the status JSON.
     pub(crate) async fn status(&self, store: &mut Store<CellState>) -> wasmtime::Result<String> {
-        let ret = self.status.call_async(&mut *store, ()).await?;
+        let deadline = store.data().deadline_ns;
+        let ret = before_deadline(deadline, self.status.call_async(&mut *store, ())).await?;
         let status = self.read_returned_string(store, ret)?;
-        self.post_status.call_async(&mut *store, ret).await?;
+        before_deadline(deadline, self.post_status.call_async(&mut *store, ret)).await?;
         Ok(status)
     }
 
@@ -455,7 +472,9 @@ impl GuestExports {
         &self,
         store: &mut Store<CellState>,
     ) -> wasmtime::Result<Vec<u8>> {
-        let at = self.checkpoint.call_async(&mut *store, ()).await? as usize;
+        let deadline = store.data().deadline_ns;
+        let at =
+            before_deadline(deadline, self.checkpoint.call_async(&mut *store, ())).await? as usize;
         let memory = self.memory.data(&*store);
         let pages = memory.len() / quickcell_snapshot::WASM_PAGE_BYTES;
         let kinds = at
@@ -480,7 +499,8 @@ impl GuestExports {
         store: &mut Store<CellState>,
         random_seed: u64,
     ) -> wasmtime::Result<()> {
-        self.resume.call_async(&mut *store, random_seed).await
+        let deadline = store.data().deadline_ns;
+        before_deadline(deadline, self.resume.call_async(&mut *store, random_seed)).await
     }
 
     /// Calls `cell.settle(results-json)` and returns the status JSON: the
@@ -491,12 +511,38 @@ impl GuestExports {
         results_json: &str,
     ) -> wasmtime::Result<String> {
         let (rp, rl) = self.pass_string(store, results_json).await?;
-        let finished = self.settle.call_async(&mut *store, (rp, rl)).await?;
+        let deadline = store.data().deadline_ns;
+        let finished =
+            before_deadline(deadline, self.settle.call_async(&mut *store, (rp, rl))).await?;
         if finished == 0 {
             return Ok(PENDING_STATUS.to_string());
         }
         self.status(store).await
     }
+}
+
+/// Runs one call into the guest until it returns, or fails it with
+/// [`DeadlineExceeded`] once `deadline_ns` ([`process_nanos`]) has passed.
+///
+/// This is how `timeoutMs` stops guest code: the guest yields to the host
+/// every [`crate::engine::YIELD_FUEL`] of fuel (and at its async WASI
+/// calls), and each time the call is polled again the clock is read. A
+/// call that has run past the deadline is dropped, which unwinds the guest
+/// out of its fiber; the instance is discarded with the cell, as after any
+/// trap. Output the cell emitted before stays in its [`CellState`]. A call
+/// started after the deadline fails before it runs.
+pub(crate) async fn before_deadline<T>(
+    deadline_ns: u64,
+    call: impl std::future::Future<Output = wasmtime::Result<T>>,
+) -> wasmtime::Result<T> {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        if process_nanos() >= deadline_ns {
+            return std::task::Poll::Ready(Err(wasmtime::Error::new(DeadlineExceeded)));
+        }
+        call.as_mut().poll(cx)
+    })
+    .await
 }
 
 /// Checks that a guest module has exactly the shape the host relies on:

@@ -19,15 +19,15 @@
 //!
 //! | limit | mechanism | code |
 //! |---|---|---|
-//! | `timeoutMs` | epoch ticks; the deadline callback compares the real clock and raises [`DeadlineExceeded`] | `timeout` |
+//! | `timeoutMs` | the guest yields every [`crate::engine::YIELD_FUEL`] of fuel; each guest call is checked against the real clock then and fails with [`DeadlineExceeded`] ([`crate::abi::before_deadline`]) | `timeout` |
 //! | `fuel` | Wasmtime fuel; [`Trap::OutOfFuel`] | `fuel_exhausted` |
 //! | `memoryLimitBytes` | QuickJS heap limit (catchable `InternalError: out of memory`; uncaught → failure) and a linear-memory cap in the store's limiter (refused growth) | `memory_limit_exceeded` |
 //! | stack depth | the guest's stack guard raises a catchable `RangeError` | `internal_error` when uncaught |
 //!
-//! The timeout is enforced by Wasmtime's epoch interruption alone: the
-//! QuickJS interrupt handler is not used, so there is no separate hard-stop
-//! grace period — the epoch deadline *is* the hard stop, and output emitted
-//! before it is kept. A module-access `ReferenceError` at run time
+//! The timeout is enforced by the host's deadline check at the guest's
+//! fuel yields alone: the QuickJS interrupt handler is not used, so there
+//! is no separate hard-stop grace period — the deadline *is* the hard stop,
+//! and output emitted before it is kept. A module-access `ReferenceError` at run time
 //! (`require`, `module`, `process`) fails with `invalid_input` and the
 //! module-access message, in phase `guest` (the guest had started).
 
@@ -49,10 +49,10 @@ use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wasmtime::{Memory, Store, Trap, UpdateDeadline, Val};
+use wasmtime::{Memory, Store, Trap, Val};
 
 /// Warning of a completed cell whose store writes could not be committed.
 pub(crate) const STORE_COMMIT_UNCONFIRMED: &str = "Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply.";
@@ -126,9 +126,6 @@ struct LiveCell {
     await_results: bool,
     slot: Option<SlotGuard>,
     fuel_start: u64,
-    /// The call's deadline, in [`process_nanos`]; moved later while an
-    /// `awaitResults` cell waits on tools.
-    deadline: Arc<AtomicU64>,
 }
 
 /// Margin before the deadline at which a cell waiting on host work parks
@@ -142,12 +139,12 @@ fn new_run_id() -> String {
 }
 
 /// A fresh instance in its own store (see [`SharedEngine::instance`]), with
-/// the cell's state, fuel and epoch deadline.
+/// the cell's state, fuel and deadline (in [`process_nanos`]).
 async fn instantiate(
     env: &CellEnv<'_>,
     output_cap: usize,
     clock_offset_ns: u64,
-    deadline: &Arc<AtomicU64>,
+    deadline_ns: u64,
 ) -> Result<(Store<CellState>, GuestExports, u64), CellResult> {
     let memory_cap = env
         .limits
@@ -156,9 +153,12 @@ async fn instantiate(
         Ok(fresh) => fresh,
         Err(e) => return Err(unavailable(format!("{e:#}"), (env.telemetry)())),
     };
-    store
-        .data_mut()
-        .prepare_call(memory_cap, OutputBuffer::new(output_cap), clock_offset_ns);
+    store.data_mut().prepare_call(
+        memory_cap,
+        OutputBuffer::new(output_cap),
+        clock_offset_ns,
+        deadline_ns,
+    );
     let fuel = match env.limits.fuel {
         Fuel::Limited(n) => n,
         Fuel::Unlimited => u64::MAX,
@@ -169,22 +169,12 @@ async fn instantiate(
             (env.telemetry)(),
         ));
     }
-    store.set_epoch_deadline(1);
-    let deadline = deadline.clone();
-    store.epoch_deadline_callback(move |_| {
-        if process_nanos() >= deadline.load(Ordering::Relaxed) {
-            Err(wasmtime::Error::new(DeadlineExceeded))
-        } else {
-            Ok(UpdateDeadline::Yield(1))
-        }
-    });
     Ok((store, exports, fuel))
 }
 
-fn deadline_after(timeout_ms: u64) -> Arc<AtomicU64> {
-    Arc::new(AtomicU64::new(
-        process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000)),
-    ))
+/// The deadline of a call that starts now, in [`process_nanos`].
+fn deadline_after(timeout_ms: u64) -> u64 {
+    process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000))
 }
 
 /// Runs a new cell (`exec`) until it completes, fails or parks.
@@ -199,7 +189,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
     };
     let deadline = deadline_after(env.limits.timeout_ms);
     let max_output = env.limits.max_output_bytes as usize;
-    let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, &deadline).await {
+    let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, deadline).await {
         Ok(x) => x,
         Err(failure) => return failure,
     };
@@ -236,7 +226,6 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         await_results: input.await_results,
         slot: None,
         fuel_start,
-        deadline,
     };
     cell.drive(env, status).await
 }
@@ -349,7 +338,7 @@ async fn restore(
         .max_output_bytes
         .saturating_sub(host.delivered_output_bytes);
     let (mut store, exports, fuel_start) =
-        instantiate(env, output_cap, clock_offset, &deadline).await?;
+        instantiate(env, output_cap, clock_offset, deadline).await?;
     let memory = exports.memory;
     let current = memory.data_size(&store);
     if snapshot.memory_bytes < current {
@@ -447,7 +436,6 @@ async fn restore(
         await_results: false,
         slot: None,
         fuel_start,
-        deadline,
     };
     Ok((cell, status))
 }
@@ -467,8 +455,9 @@ impl LiveCell {
 
     fn park_at(&self, env: &CellEnv<'_>) -> Instant {
         let left_ns = self
-            .deadline
-            .load(Ordering::Relaxed)
+            .store
+            .data()
+            .deadline_ns
             .saturating_sub(process_nanos());
         let margin = resume_margin(env.limits.timeout_ms);
         Instant::now() + Duration::from_nanos(left_ns).saturating_sub(margin)
@@ -547,7 +536,8 @@ impl LiveCell {
                 let waiting_since = process_nanos();
                 let batch = self.bridge.next_batch(None).await;
                 let waited = process_nanos().saturating_sub(waiting_since);
-                self.deadline.fetch_add(waited, Ordering::Relaxed);
+                let deadline = &mut self.store.data_mut().deadline_ns;
+                *deadline = deadline.saturating_add(waited);
                 batch
             } else {
                 let park_at = self.park_at(env);

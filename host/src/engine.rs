@@ -1,8 +1,8 @@
 //! The process-wide Wasmtime engine and the pre-initialized guest module.
 //!
 //! Compile once, instantiate many: one [`wasmtime::Engine`] per process
-//! (fuel metering, epoch interruption, pooling allocator with copy-on-write
-//! memory images, async support), one pre-initialized guest module, and an
+//! (fuel metering, pooling allocator with copy-on-write memory images, async
+//! support), one pre-initialized guest module, and an
 //! [`InstancePre`] from which every cell gets a fresh instance in its own
 //! `Store`. One such instance, the standby, is made in the background ahead
 //! of the next cell ([`SharedEngine::instance`]).
@@ -22,7 +22,6 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
     PoolingAllocationConfig, Store,
@@ -48,9 +47,18 @@ pub(crate) fn guest_hash() -> [u8; 32] {
     })
 }
 
-/// Interval of the epoch ticker. Deadlines are checked against the real
-/// clock at every tick, so this bounds how late a timeout is noticed.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(2);
+/// Fuel a cell's guest code consumes between two yields to the host
+/// ([`Store::fuel_async_yield_interval`]): the points at which a running
+/// cell's deadline is checked ([`crate::abi`]), so this bounds how late a
+/// timeout is noticed while guest code runs. One million fuel is ~0.15 ms
+/// of guest code on the 2-core machine the benchmarks run on; a yield
+/// costs ~1 µs. The yields do not change how much fuel a cell uses.
+///
+/// Deadlines used to be Wasmtime's epoch interruption (a ticker thread
+/// every 2 ms), which puts a check of the epoch counter into every function
+/// prologue and loop header of the guest: ~10% of the comparison cell's
+/// guest instructions. Fuel is metered anyway, so its yields are free.
+pub(crate) const YIELD_FUEL: u64 = 1_000_000;
 
 /// Maximum native (Cranelift) stack a cell may use, in bytes. QuickJS's own
 /// stack guard (in the guest) raises a catchable `RangeError` long before
@@ -110,7 +118,6 @@ pub(crate) struct SharedEngine {
     standby: Mutex<Option<FreshInstance>>,
     /// Whether a background task is making the standby.
     standby_pending: AtomicBool,
-    stop_ticker: Arc<AtomicBool>,
 }
 
 /// An instance of the pre-initialized module that has run no cell, in its
@@ -218,12 +225,6 @@ impl SharedEngine {
     }
 }
 
-impl Drop for SharedEngine {
-    fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
-    }
-}
-
 static SHARED: tokio::sync::OnceCell<Arc<SharedEngine>> = tokio::sync::OnceCell::const_new();
 
 /// Returns the process-wide engine, creating it (and loading or building the
@@ -238,7 +239,6 @@ pub(crate) async fn shared() -> Result<Arc<SharedEngine>> {
 fn engine_config() -> Config {
     let mut config = Config::new();
     config.consume_fuel(true);
-    config.epoch_interruption(true);
     config.max_wasm_stack(MAX_WASM_STACK);
     config.async_stack_size(MAX_WASM_STACK + (1 << 20));
     config.memory_init_cow(true);
@@ -247,6 +247,13 @@ fn engine_config() -> Config {
     // `/tmp/perf-<pid>.map`, so `perf report` names the guest's functions.
     if std::env::var_os("QUICKCELL_PERFMAP").is_some() {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    // Profiling aid: with `QUICKCELL_NO_POOL` set, instances are made on
+    // demand instead of in the pooling allocator's reserved slots (~1.5
+    // TiB of address space), which valgrind cannot map; `valgrind
+    // --tool=callgrind` then counts the guest's instructions exactly.
+    if std::env::var_os("QUICKCELL_NO_POOL").is_some() {
+        return config;
     }
     let mut pool = PoolingAllocationConfig::default();
     pool.total_core_instances(POOL_INSTANCES)
@@ -284,8 +291,6 @@ impl SharedEngine {
     async fn create() -> Result<Self> {
         let engine = Engine::new(&engine_config())
             .map_err(|e| anyhow!("cannot create the Wasmtime engine: {e}"))?;
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(engine.clone(), stop_ticker.clone())?;
         let mut linker: Linker<CellState> = Linker::new(&engine);
         abi::add_to_linker(&mut linker)?;
 
@@ -317,16 +322,18 @@ impl SharedEngine {
             hot_pages: std::sync::OnceLock::new(),
             standby: Mutex::new(None),
             standby_pending: AtomicBool::new(false),
-            stop_ticker,
         })
     }
 }
 
-/// A store with placeholder [`CellState`], unlimited fuel and no deadline.
+/// A store with placeholder [`CellState`] (no deadline) and unlimited
+/// fuel, yielding every [`YIELD_FUEL`].
 fn unlimited_store(engine: &Engine) -> Result<Store<CellState>> {
     let mut store = Store::new(engine, CellState::for_preinit());
+    store
+        .fuel_async_yield_interval(Some(YIELD_FUEL))
+        .map_err(|e| anyhow!("{e}"))?;
     store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
-    store.epoch_deadline_callback(|_| Ok(wasmtime::UpdateDeadline::Continue(u64::MAX / 2)));
     Ok(store)
 }
 
@@ -349,19 +356,6 @@ async fn read_memory_image(
         .and_then(|g| g.get(&mut store).i32())
         .ok_or_else(|| anyhow!("the guest module exports no `__stack_pointer`"))?;
     Ok((memory.data(&store).to_vec(), sp as u32 as usize))
-}
-
-fn spawn_epoch_ticker(engine: Engine, stop: Arc<AtomicBool>) -> Result<()> {
-    std::thread::Builder::new()
-        .name("quickcell-epoch".into())
-        .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            }
-        })
-        .map(drop)
-        .map_err(|e| anyhow!("cannot start the epoch ticker thread: {e}"))
 }
 
 fn cache_key(engine: &Engine) -> String {

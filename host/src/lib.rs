@@ -33,7 +33,7 @@
 //!   is an instantiation from a copy-on-write image plus a fresh `Store`.
 //! - Guest and host talk through the WIT world in `wit/bridge.wit`, spoken
 //!   over a core module so the guest's linear memory stays visible.
-//! - Limits ([`Limits`]) are enforced by type: epoch deadline → `timeout`,
+//! - Limits ([`Limits`]) are enforced by type: deadline → `timeout`,
 //!   fuel → `fuel_exhausted`, heap / linear-memory cap →
 //!   `memory_limit_exceeded`; deep recursion raises a catchable
 //!   `RangeError`. See the `cell` module docs for the exact mapping.

@@ -26,6 +26,47 @@ async fn timeout_violated_keeps_earlier_output() {
 }
 
 #[tokio::test]
+async fn timeout_stops_guest_code_that_never_returns_to_javascript() {
+    // A catastrophic regex backtracks inside QuickJS's C regex engine for
+    // minutes: no JavaScript loop, no host call. The guest still yields
+    // to the host every million fuel, where the deadline is checked.
+    let limits = Limits::default()
+        .with_timeout_ms(300)
+        .with_fuel(Fuel::Unlimited);
+    let started = std::time::Instant::now();
+    let r = run_with(
+        limits,
+        r#"text('before'); return /(a+)+$/.test("a".repeat(40) + "!");"#,
+    )
+    .await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::Timeout, "{}", f.error);
+    assert_eq!(texts(&r), vec!["before"]);
+    // Not a timing assertion: the regex alone would run for minutes.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn a_timed_out_cell_leaves_the_next_cell_its_own_budget() {
+    // The deadline belongs to a call: a cell that timed out does not
+    // shorten the budget of the next one on the same runtime, and the
+    // next one's fuel count is unchanged by the yields.
+    let rt = runtime(Limits::default().with_timeout_ms(200)).await;
+    let timed_out = rt.exec(ExecInput::new("spin", "while (true) {}")).await;
+    assert_eq!(failed(&timed_out).code, ErrorCode::Timeout);
+    let input = || {
+        ExecInput::new(
+            "count",
+            "let s = 0; for (let i = 0; i < 100000; i++) s += i; return s;",
+        )
+    };
+    let first = rt.exec(input()).await;
+    let second = rt.exec(input()).await;
+    assert_eq!(value(&first), json!(4999950000u64));
+    assert_eq!(first.telemetry().fuel_used, second.telemetry().fuel_used);
+}
+
+#[tokio::test]
 async fn fuel_obeyed() {
     let r = run_with(
         Limits::default().with_fuel(Fuel::Limited(50_000_000)),
