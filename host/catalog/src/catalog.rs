@@ -478,7 +478,7 @@ impl Entry {
         };
         let v = self
             .input_validator
-            .get_or_init(|| validate::compile(schema).map(Arc::new));
+            .get_or_init(|| validate::compile_shared(schema));
         match v {
             Some(v) => {
                 validate::validate_input_with(v, schema, args, display_name, self.input_hint())
@@ -498,7 +498,7 @@ impl Entry {
         };
         let v = self
             .output_validator
-            .get_or_init(|| validate::compile(schema).map(Arc::new));
+            .get_or_init(|| validate::compile_shared(schema));
         match v {
             Some(v) => validate::validate_output_with(v, details, display_name),
             None => Ok(()),
