@@ -56,7 +56,7 @@ pub(crate) fn guest_hash() -> [u8; 32] {
 ///
 /// Deadlines used to be Wasmtime's epoch interruption (a ticker thread
 /// every 2 ms), which puts a check of the epoch counter into every function
-/// prologue and loop header of the guest: ~10% of the comparison cell's
+/// prologue and loop header of the guest: 11% of the comparison cell's
 /// guest instructions. Fuel is metered anyway, so its yields are free.
 pub(crate) const YIELD_FUEL: u64 = 1_000_000;
 
