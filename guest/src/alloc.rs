@@ -244,20 +244,22 @@ unsafe fn refill(class: usize) -> *mut u8 {
     base as *mut u8
 }
 
+/// A block of `class` from its free list or its current span, if either
+/// has one.
 #[inline(always)]
-unsafe fn small_alloc(class: usize) -> *mut u8 {
+unsafe fn take_block(class: usize) -> Option<*mut u8> {
     let s = state();
     let head = (*s).free[class];
     if head != 0 {
         (*s).free[class] = *(head as *const usize);
-        return head as *mut u8;
+        return Some(head as *mut u8);
     }
     let (next, end) = (*s).carve[class];
     if next < end {
         (*s).carve[class].0 = next + class * CLASS_STEP;
-        return next as *mut u8;
+        return Some(next as *mut u8);
     }
-    refill(class)
+    None
 }
 
 /// Whether span page `page` of `class` can be released, once
@@ -399,17 +401,8 @@ unsafe fn large_header(block: *mut u8) -> (*mut u8, usize) {
 #[inline(always)]
 unsafe fn alloc(size: usize) -> *mut u8 {
     if size <= SMALL_MAX {
-        let class = size.max(1).div_ceil(CLASS_STEP);
-        let s = state();
-        let head = (*s).free[class];
-        if head != 0 {
-            (*s).free[class] = *(head as *const usize);
-            return head as *mut u8;
-        }
-        let (next, end) = (*s).carve[class];
-        if next < end {
-            (*s).carve[class].0 = next + class * CLASS_STEP;
-            return next as *mut u8;
+        if let Some(block) = take_block(size.max(1).div_ceil(CLASS_STEP)) {
+            return block;
         }
     }
     alloc_slow(size)

@@ -401,9 +401,8 @@ impl GuestExports {
     ) -> wasmtime::Result<(u32, u32)> {
         let len = u32::try_from(s.len())
             .map_err(|_| wasmtime::Error::msg("string too large for the guest"))?;
-        let deadline = store.data().deadline_ns;
         let ptr = before_deadline(
-            deadline,
+            store.data().deadline_ns,
             self.realloc.call_async(&mut *store, (0, 0, 1, len)),
         )
         .await?;
@@ -441,14 +440,17 @@ impl GuestExports {
         let (sp, sl) = self.pass_string(store, cell_function).await?;
         let (op, ol) = self.pass_string(store, options_json).await?;
         let (mp, ml) = self.pass_string(store, tool_metas_json).await?;
-        let deadline = store.data().deadline_ns;
         let ret = before_deadline(
-            deadline,
+            store.data().deadline_ns,
             self.start.call_async(&mut *store, (sp, sl, op, ol, mp, ml)),
         )
         .await?;
         let status = self.read_returned_string(store, ret)?;
-        before_deadline(deadline, self.post_start.call_async(&mut *store, ret)).await?;
+        before_deadline(
+            store.data().deadline_ns,
+            self.post_start.call_async(&mut *store, ret),
+        )
+        .await?;
         Ok(status)
     }
 }
@@ -456,10 +458,17 @@ impl GuestExports {
 impl GuestExports {
     /// Calls `cell.status()` and returns the status JSON.
     pub(crate) async fn status(&self, store: &mut Store<CellState>) -> wasmtime::Result<String> {
-        let deadline = store.data().deadline_ns;
-        let ret = before_deadline(deadline, self.status.call_async(&mut *store, ())).await?;
+        let ret = before_deadline(
+            store.data().deadline_ns,
+            self.status.call_async(&mut *store, ()),
+        )
+        .await?;
         let status = self.read_returned_string(store, ret)?;
-        before_deadline(deadline, self.post_status.call_async(&mut *store, ret)).await?;
+        before_deadline(
+            store.data().deadline_ns,
+            self.post_status.call_async(&mut *store, ret),
+        )
+        .await?;
         Ok(status)
     }
 
@@ -472,9 +481,11 @@ impl GuestExports {
         &self,
         store: &mut Store<CellState>,
     ) -> wasmtime::Result<Vec<u8>> {
-        let deadline = store.data().deadline_ns;
-        let at =
-            before_deadline(deadline, self.checkpoint.call_async(&mut *store, ())).await? as usize;
+        let at = before_deadline(
+            store.data().deadline_ns,
+            self.checkpoint.call_async(&mut *store, ()),
+        )
+        .await? as usize;
         let memory = self.memory.data(&*store);
         let pages = memory.len() / quickcell_snapshot::WASM_PAGE_BYTES;
         let kinds = at
@@ -499,8 +510,11 @@ impl GuestExports {
         store: &mut Store<CellState>,
         random_seed: u64,
     ) -> wasmtime::Result<()> {
-        let deadline = store.data().deadline_ns;
-        before_deadline(deadline, self.resume.call_async(&mut *store, random_seed)).await
+        before_deadline(
+            store.data().deadline_ns,
+            self.resume.call_async(&mut *store, random_seed),
+        )
+        .await
     }
 
     /// Calls `cell.settle(results-json)` and returns the status JSON: the
@@ -511,9 +525,11 @@ impl GuestExports {
         results_json: &str,
     ) -> wasmtime::Result<String> {
         let (rp, rl) = self.pass_string(store, results_json).await?;
-        let deadline = store.data().deadline_ns;
-        let finished =
-            before_deadline(deadline, self.settle.call_async(&mut *store, (rp, rl))).await?;
+        let finished = before_deadline(
+            store.data().deadline_ns,
+            self.settle.call_async(&mut *store, (rp, rl)),
+        )
+        .await?;
         if finished == 0 {
             return Ok(PENDING_STATUS.to_string());
         }
