@@ -136,7 +136,19 @@ impl SharedEngine {
     /// of a trivial cell's time. The standby holds one pooling-allocator
     /// slot of [`POOL_INSTANCES`] and has never run guest code, so a cell
     /// cannot tell it from an instance made on demand.
+    ///
+    /// Earlier cells' instances are released, and the standby is made, by
+    /// background tasks. On a current-thread Tokio runtime those run only
+    /// while the caller's task waits, and a cell that never waits on
+    /// anything (no slow tool, no timer) would never let them: back-to-back
+    /// cells would keep every instance they used until the pool ran out.
+    /// So on such a runtime this first yields once, which runs them.
     pub(crate) async fn instance(self: &Arc<Self>) -> Result<FreshInstance> {
+        if tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::CurrentThread
+        {
+            tokio::task::yield_now().await;
+        }
         let ready = self
             .standby
             .lock()

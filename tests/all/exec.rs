@@ -334,3 +334,17 @@ async fn lone_surrogates_become_replacement_characters() {
         ])
     );
 }
+
+#[tokio::test]
+async fn back_to_back_cells_on_a_current_thread_runtime_release_their_instances() {
+    // `#[tokio::test]` runs on a current-thread runtime, where a cell's
+    // instance is released (and the next standby made) by tasks that run
+    // only while the caller's task waits. Cells that never wait on
+    // anything must still hand their pool slots back: more cells than
+    // the pool has slots (256), one after another, all complete.
+    let rt = runtime(Limits::default()).await;
+    for i in 0..300 {
+        let r = rt.exec(ExecInput::new("loop", "return 1")).await;
+        assert_eq!(r.status(), "completed", "cell {i}: {}", r.to_json());
+    }
+}
