@@ -596,8 +596,8 @@ pub unsafe extern "C" fn __libc_calloc(count: usize, size: usize) -> *mut c_void
 /// each straight over this allocator's fast paths. QuickJS's defaults
 /// (`js_def_malloc` and friends) only forward to `malloc`, `free`,
 /// `calloc` and `realloc`: one wasm call more on every block QuickJS
-/// takes or gives back, and under Wasmtime each call pays a stack, fuel
-/// and epoch check. See `install_allocator` in `lib.rs`.
+/// takes or gives back, and under Wasmtime each call pays a stack and a
+/// fuel check. See `install_allocator` in `lib.rs`.
 pub(crate) mod quickjs {
     use super::*;
 
@@ -634,12 +634,13 @@ pub(crate) mod quickjs {
 
     /// `js_malloc_usable_size`: 0, as QuickJS's default returns on WASI
     /// (its `js__malloc_usable_size` knows no `malloc_usable_size` there).
-    /// QuickJS then counts 8 bytes per block (its `MALLOC_OVERHEAD`) towards its heap size, its
-    /// memory limit and its collection threshold; keeping that accounting
-    /// keeps every limit and collection where it was. The cell's memory
-    /// limit is enforced by the linear-memory cap (a refused `memory.grow`
-    /// makes `malloc` return null, which QuickJS reports as out of memory)
-    /// and by QuickJS for a single block larger than the limit.
+    /// QuickJS then counts 8 bytes per block (its `MALLOC_OVERHEAD`)
+    /// towards its heap size, its memory limit and its collection
+    /// threshold; keeping that accounting keeps every limit and collection
+    /// where it was. The cell's memory limit is enforced by the
+    /// linear-memory cap (a refused `memory.grow` makes `malloc` return
+    /// null, which QuickJS reports as out of memory) and by QuickJS for a
+    /// single block larger than the limit.
     pub(crate) unsafe extern "C" fn usable_size(_: *const c_void) -> SizeT {
         0
     }
