@@ -91,10 +91,18 @@
 //! (including untouched trailing pages of a grown memory) do not count.
 //!
 //! Reading checks, in order: length, magic, version, guest hash, checksum,
-//! the frame's stated size against the largest payload the caller's
-//! memory ceiling allows, and the payload's internal consistency (frame
-//! sizes against the page count). Each failure is a distinct
-//! [`SnapshotError`].
+//! that every frame is a standard zstd frame stating its size, the head
+//! frame's stated size against the largest head the caller's memory
+//! ceiling (at most [`MAX_MEMORY_BYTES`]) allows, and the payload's
+//! internal consistency (memory size, host-state length against
+//! [`MAX_HOST_STATE_BYTES`], page count against the memory and the head,
+//! page indexes, frame sizes against the page count and
+//! [`PAGES_PER_FRAME`]). Each failure is a distinct [`SnapshotError`].
+//! Snapshots are read as hostile input: a damaged, truncated or forged one
+//! fails with an error, never a panic; nothing is sized by a field before
+//! that field is checked against a bound derived from the caller's
+//! ceiling; and the work is linear in the snapshot and the memory it
+//! restores.
 //!
 //! Restoring XORs each frame's deltas into the target memory (a fresh
 //! instance's: the image, zeros beyond it): those in place page by page,
@@ -118,8 +126,16 @@ pub const WASM_PAGE_BYTES: usize = 65536;
 /// Largest host-state document a snapshot may carry, in bytes.
 pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
 
+/// Largest linear memory a snapshot may describe, in bytes (4 GiB: a
+/// 32-bit Wasm memory's 65,536 pages of 64 KiB). [`decode`] reads no
+/// larger memory whatever ceiling its caller gives, so the head and page
+/// count a snapshot may claim stay bounded (the head then at most
+/// [`MAX_HOST_STATE_BYTES`] plus 5 MiB); [`encode`] refuses larger ones.
+pub const MAX_MEMORY_BYTES: u64 = 1 << 32;
+
 /// Most pages one delta frame holds (2 MiB of memory): the unit of
-/// parallel compression and decompression.
+/// parallel compression and decompression. [`decode`] refuses larger
+/// frames, which bounds a restore's per-thread buffer.
 pub const PAGES_PER_FRAME: usize = 512;
 
 /// Threads of the pool that encodes and restores large snapshots (fewer on
@@ -141,6 +157,19 @@ const ZSTD_LEVEL: i32 = 1;
 
 const MAGIC: &[u8; 8] = b"QCELLSNP";
 const HEADER_BYTES: usize = 8 + 4 + 32 + 4;
+
+/// The first four bytes of a standard zstd frame: the only kind [`encode`]
+/// writes. Skippable frames and the legacy (v0.x) formats, which zstd
+/// would otherwise accept (the latter with buffers sized by the frame's
+/// own window, up to 128 MiB, whatever its stated size), are refused.
+const ZSTD_FRAME_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
+
+/// Fixed bytes of the head before the host state: memory size, stack
+/// pointer, host-state length.
+const HEAD_FIXED_BYTES: usize = 8 + 4 + 4;
+
+/// Bytes of the head per stored page: its index (u32) and layout byte.
+const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
 
 /// Why a snapshot could not be taken or read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -561,10 +590,16 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
             "memory is not a whole number of pages".into(),
         ));
     }
+    if c.memory.len() as u64 > MAX_MEMORY_BYTES {
+        return Err(SnapshotError::Corrupt(format!(
+            "memory of {} bytes is larger than {MAX_MEMORY_BYTES}",
+            c.memory.len()
+        )));
+    }
     let written = written_pages(c);
     let pages = changed_pages(c.memory, c.image, &c.dead, written.as_deref());
     let page_bytes = pages.len() * PAGE_BYTES;
-    let head_len = 8 + 4 + 4 + c.host_state.len() + 4 + pages.len() * 5;
+    let head_len = HEAD_FIXED_BYTES + c.host_state.len() + 4 + pages.len() * HEAD_BYTES_PER_PAGE;
     let payload_len = head_len + page_bytes;
     if payload_len > c.max_payload_bytes || c.host_state.len() > MAX_HOST_STATE_BYTES {
         return Err(SnapshotError::TooLarge {
@@ -808,7 +843,7 @@ pub struct Encoded {
     pub payload_bytes: usize,
 }
 
-/// Reads little-endian fields from the head.
+/// Reads little-endian fields from the header and the head.
 struct Reader<'a> {
     data: &'a [u8],
     at: usize,
@@ -824,11 +859,21 @@ impl<'a> Reader<'a> {
         self.at = end;
         Ok(bytes)
     }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let rest = self.data.get(self.at..).unwrap_or_default();
+        let (bytes, _) = rest.split_first_chunk().ok_or(SnapshotError::Truncated)?;
+        self.at += N;
+        Ok(*bytes)
+    }
     fn u32(&mut self) -> Result<u32, SnapshotError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        self.array().map(u32::from_le_bytes)
     }
     fn u64(&mut self) -> Result<u64, SnapshotError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        self.array().map(u64::from_le_bytes)
+    }
+    /// Bytes not read yet.
+    fn remaining(&self) -> usize {
+        self.data.len().saturating_sub(self.at)
     }
 }
 
@@ -850,10 +895,16 @@ fn corrupt(what: impl std::fmt::Display) -> SnapshotError {
 }
 
 /// Splits off the next zstd frame of `data`, with its stated content size.
+/// Only standard frames ([`ZSTD_FRAME_MAGIC`]) are read.
 fn next_frame(data: &[u8]) -> Result<(&[u8], u64, &[u8]), SnapshotError> {
+    if !data.starts_with(&ZSTD_FRAME_MAGIC) {
+        return Err(corrupt("a frame is not a standard zstd frame"));
+    }
     let len = zstd::zstd_safe::find_frame_compressed_size(data)
         .map_err(|_| corrupt("a frame is damaged"))?;
-    let (frame, rest) = data.split_at(len);
+    let (frame, rest) = data
+        .split_at_checked(len)
+        .ok_or_else(|| corrupt("a frame is damaged"))?;
     match zstd::zstd_safe::get_frame_content_size(frame) {
         Ok(Some(size)) => Ok((frame, size, rest)),
         _ => Err(corrupt("a frame does not state its size")),
@@ -934,30 +985,34 @@ pub fn decode(
             SnapshotError::BadMagic
         });
     }
-    if &bytes[..8] != MAGIC {
+    let mut header = Reader { data: bytes, at: 0 };
+    if header.array::<8>()? != *MAGIC {
         return Err(SnapshotError::BadMagic);
     }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+    let version = header.u32()?;
     if version != FORMAT_VERSION {
         return Err(SnapshotError::UnknownVersion(version));
     }
-    if bytes[12..44] != guest_hash {
+    if header.array::<32>()? != guest_hash {
         return Err(SnapshotError::ForeignGuest);
     }
-    let checksum = u32::from_le_bytes(bytes[44..48].try_into().unwrap());
-    let compressed = &bytes[HEADER_BYTES..];
+    let checksum = header.u32()?;
+    let compressed = &bytes[header.at..];
     if crc32fast::hash(compressed) != checksum {
         return Err(SnapshotError::ChecksumMismatch);
     }
+    let max_memory_bytes =
+        max_memory_bytes.min(usize::try_from(MAX_MEMORY_BYTES).unwrap_or(usize::MAX));
     let max_pages = max_memory_bytes / PAGE_BYTES;
-    let max_head = 8 + 4 + 4 + MAX_HOST_STATE_BYTES + 4 + max_pages * 5;
+    let max_head = (HEAD_FIXED_BYTES + MAX_HOST_STATE_BYTES + 4)
+        .saturating_add(max_pages.saturating_mul(HEAD_BYTES_PER_PAGE));
     // Frames state their decompressed sizes: allocate exactly that for the
     // head, after checking it, rather than the ceiling.
     let (head_frame, head_len, mut rest) = next_frame(compressed)?;
     if head_len > max_head as u64 {
         return Err(corrupt(format!("its head would be {head_len} bytes")));
     }
-    let mut head = vec![0u8; head_len as usize];
+    let mut head = vec![0u8; usize::try_from(head_len).unwrap_or(usize::MAX)];
     with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
     let mut r = Reader { data: &head, at: 0 };
     let memory_bytes = usize::try_from(r.u64()?)
@@ -978,6 +1033,15 @@ pub fn decode(
     if count > page_limit {
         return Err(SnapshotError::Corrupt("more pages than memory".into()));
     }
+    // The rest of the head is exactly the pages' indexes and layout bytes:
+    // a count the head cannot hold is refused before anything is sized by
+    // it.
+    if count.checked_mul(HEAD_BYTES_PER_PAGE) != Some(r.remaining()) {
+        return Err(corrupt(format!(
+            "the head holds {} bytes for {count} pages",
+            r.remaining()
+        )));
+    }
     let mut page_indexes = Vec::with_capacity(count);
     for _ in 0..count {
         let index = r.u32()?;
@@ -994,9 +1058,16 @@ pub fn decode(
     let mut covered = 0usize;
     while !rest.is_empty() {
         let (frame, size, after) = next_frame(rest)?;
-        let pages = (size / PAGE_BYTES as u64) as usize;
+        let pages = usize::try_from(size / PAGE_BYTES as u64).unwrap_or(usize::MAX);
         if size % PAGE_BYTES as u64 != 0 || pages == 0 || pages > count - covered {
             return Err(corrupt("page data does not match the page count"));
+        }
+        // The encoder never writes more; a restore's lane buffer is sized
+        // by the frame.
+        if pages > PAGES_PER_FRAME {
+            return Err(corrupt(format!(
+                "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
+            )));
         }
         covered += pages;
         frames.push((frame, pages));
@@ -1019,7 +1090,7 @@ pub fn decode(
 /// `pages[i]`.
 fn run_end(pages: &[u32], i: usize) -> usize {
     let mut end = i + 1;
-    while end < pages.len() && pages[end] == pages[end - 1] + 1 {
+    while end < pages.len() && pages[end - 1].checked_add(1) == Some(pages[end]) {
         end += 1;
     }
     end
@@ -1230,6 +1301,9 @@ impl Snapshot<'_> {
         self.page_indexes.len()
     }
 }
+
+#[cfg(test)]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {
@@ -1727,5 +1801,252 @@ mod tests {
             decode(&good, GUEST, 65536).unwrap_err(),
             SnapshotError::Corrupt(_)
         ));
+    }
+
+    /// A decode of `bytes` for [`GUEST`], with the most Rust heap it
+    /// allocated.
+    fn decode_metered(
+        bytes: &[u8],
+        max_memory_bytes: usize,
+    ) -> (Result<usize, SnapshotError>, usize) {
+        fuzz::peak_allocation(|| decode(bytes, GUEST, max_memory_bytes).map(|s| s.page_count()))
+    }
+
+    #[test]
+    fn a_memory_over_the_wasm32_limit_is_refused_whatever_the_ceiling() {
+        // Within the limit, with the largest ceiling: decodes.
+        let (image, memory) = sample();
+        let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+        assert!(decode(&good, GUEST, usize::MAX).is_ok());
+        let exactly = fuzz::seal(&fuzz::frame(&fuzz::head(
+            MAX_MEMORY_BYTES,
+            0,
+            b"",
+            0,
+            &[],
+            &[],
+        )));
+        assert_eq!(
+            decode(&exactly, GUEST, usize::MAX).unwrap().memory_bytes as u64,
+            MAX_MEMORY_BYTES
+        );
+        // Over it: refused even when the caller allows anything.
+        let over = MAX_MEMORY_BYTES + WASM_PAGE_BYTES as u64;
+        let v = fuzz::seal(&fuzz::frame(&fuzz::head(over, 0, b"", 0, &[], &[])));
+        assert_eq!(
+            decode(&v, GUEST, usize::MAX).unwrap_err(),
+            corrupt(format!("implausible memory size {over}"))
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn encoding_a_memory_over_the_wasm32_limit_is_refused() {
+        use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+        let len = (MAX_MEMORY_BYTES as usize) + WASM_PAGE_BYTES;
+        // SAFETY: a fresh read-only mapping of zeros, never touched and
+        // unmapped below; refused before any page is read.
+        unsafe {
+            let Ok(base) = mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            ) else {
+                return; // no address space for it here
+            };
+            let memory = std::slice::from_raw_parts(base.cast::<u8>(), len);
+            let e = encode(&checkpoint(memory, &[], 0..0)).unwrap_err();
+            munmap(base, len).unwrap();
+            assert!(
+                matches!(e, SnapshotError::Corrupt(ref m) if m.contains("larger than")),
+                "{e:?}"
+            );
+        }
+    }
+
+    /// A zstd frame that states `size` bytes of content and holds none: a
+    /// frame header (single segment, 8-byte size) and an empty last block.
+    fn frame_claiming(size: u64) -> Vec<u8> {
+        let mut f = ZSTD_FRAME_MAGIC.to_vec();
+        f.push(0xE0);
+        f.extend_from_slice(&size.to_le_bytes());
+        f.extend_from_slice(&[1, 0, 0]);
+        f
+    }
+
+    #[test]
+    fn a_head_frame_claiming_gigabytes_is_refused_before_allocating() {
+        // Largest head a 1 MiB ceiling allows: a full host state and a page
+        // table for every page.
+        let max_head = HEAD_FIXED_BYTES + MAX_HOST_STATE_BYTES + 4 + 256 * 5;
+        for (claim, refused) in [
+            (1u64 << 40, true),
+            (u64::MAX >> 1, true),
+            (max_head as u64 + 1, true),
+            (max_head as u64, false),
+        ] {
+            let v = fuzz::seal(&frame_claiming(claim));
+            let (result, peak) = decode_metered(&v, 1 << 20);
+            let e = result.unwrap_err();
+            if refused {
+                assert_eq!(e, corrupt(format!("its head would be {claim} bytes")));
+                assert!(peak < 4096, "{peak} bytes allocated for a refused head");
+            } else {
+                // Allowed: allocated (once), then found not to hold it.
+                assert!(matches!(e, SnapshotError::Corrupt(_)), "{e:?}");
+                assert!(peak <= max_head + 4096, "{peak}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_count_the_head_cannot_hold_is_refused_before_allocating() {
+        let memory = 64 << 20;
+        // Obeyed: three pages, three indexes and layout bytes.
+        let ok = fuzz::head(memory, 0, b"", 3, &[1, 2, 9], &[0, 0, 0]);
+        let mut v = fuzz::frame(&ok);
+        v.extend_from_slice(&fuzz::frame(&vec![0; 3 * PAGE_BYTES]));
+        assert_eq!(decode_metered(&fuzz::seal(&v), 1 << 30).0, Ok(3));
+        // Violated: the largest count the memory allows, and no table.
+        let count = (memory / PAGE_BYTES as u64) as u32;
+        let v = fuzz::seal(&fuzz::frame(&fuzz::head(memory, 0, b"", count, &[], &[])));
+        let (result, peak) = decode_metered(&v, 1 << 30);
+        assert_eq!(
+            result.unwrap_err(),
+            corrupt(format!("the head holds 0 bytes for {count} pages"))
+        );
+        assert!(peak < 4096, "{peak} bytes allocated");
+        // A table one byte short.
+        let short = fuzz::head(memory, 0, b"", 3, &[1, 2, 9], &[0, 0]);
+        assert_eq!(
+            decode(&fuzz::seal(&fuzz::frame(&short)), GUEST, 1 << 30).unwrap_err(),
+            corrupt("the head holds 14 bytes for 3 pages")
+        );
+        // More pages than the memory has.
+        let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, 0, b"", 17, &[], &[])));
+        assert_eq!(
+            decode(&v, GUEST, 1 << 30).unwrap_err(),
+            corrupt("more pages than memory")
+        );
+    }
+
+    #[test]
+    fn a_host_state_over_its_cap_is_refused() {
+        // Obeyed: a host state of 100 KiB.
+        let state = vec![b'x'; 100 << 10];
+        let ok = fuzz::head(65536, state.len() as u32, &state, 0, &[], &[]);
+        let bytes = fuzz::seal(&fuzz::frame(&ok));
+        let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+        assert_eq!(snap.host_state, state);
+        // Violated: a length one over the cap (the bytes need not follow).
+        let over = (MAX_HOST_STATE_BYTES + 1) as u32;
+        let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, over, b"", 0, &[], &[])));
+        assert_eq!(
+            decode(&v, GUEST, 1 << 30).unwrap_err(),
+            corrupt("host state too large")
+        );
+        // A length the head does not hold.
+        let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, 1000, b"ab", 0, &[], &[])));
+        assert_eq!(
+            decode(&v, GUEST, 1 << 30).unwrap_err(),
+            SnapshotError::Truncated
+        );
+    }
+
+    #[test]
+    fn a_frame_of_more_than_pages_per_frame_pages_is_refused() {
+        let pages = PAGES_PER_FRAME + 1;
+        let indexes: Vec<u32> = (0..pages as u32).collect();
+        let memory = (4 << 20) as u64;
+        let with_frames = |sizes: &[usize]| {
+            let mut v = fuzz::frame(&fuzz::head(
+                memory,
+                0,
+                b"",
+                pages as u32,
+                &indexes,
+                &vec![0; pages],
+            ));
+            for &n in sizes {
+                v.extend_from_slice(&fuzz::frame(&vec![0; n * PAGE_BYTES]));
+            }
+            fuzz::seal(&v)
+        };
+        // Obeyed: a full frame and one more page, as the encoder writes.
+        let bytes = with_frames(&[PAGES_PER_FRAME, 1]);
+        let ok = decode(&bytes, GUEST, 1 << 30).unwrap();
+        let mut restored = vec![0u8; memory as usize];
+        ok.apply(&mut restored, 0).unwrap();
+        // Violated: all of them in one frame.
+        assert_eq!(
+            decode(&with_frames(&[pages]), GUEST, 1 << 30).unwrap_err(),
+            corrupt(format!(
+                "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
+            ))
+        );
+        // The encoder's frames are never larger.
+        let (image, memory) = large_sample();
+        let mut c = checkpoint(&memory, &image, 0..0);
+        c.max_payload_bytes = 64 << 20;
+        let bytes = encode(&c).unwrap().bytes;
+        let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+        assert!(snap.frames.iter().any(|&(_, n)| n == PAGES_PER_FRAME));
+        assert!(snap.frames.iter().all(|&(_, n)| n <= PAGES_PER_FRAME));
+    }
+
+    #[test]
+    fn frames_other_than_standard_zstd_frames_are_refused() {
+        let (image, memory) = sample();
+        let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+        let payload = &good[HEADER_BYTES..];
+        assert!(payload.starts_with(&ZSTD_FRAME_MAGIC));
+        // A skippable frame before the head; a legacy (v0.7) frame magic.
+        let mut skippable = vec![0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+        skippable.extend_from_slice(payload);
+        let mut legacy = payload.to_vec();
+        legacy[..4].copy_from_slice(&0xFD2F_B527u32.to_le_bytes());
+        for v in [skippable, legacy] {
+            assert_eq!(
+                decode(&fuzz::seal(&v), GUEST, 1 << 30).unwrap_err(),
+                corrupt("a frame is not a standard zstd frame")
+            );
+        }
+    }
+
+    #[test]
+    fn every_truncation_of_a_snapshot_is_an_error() {
+        let good = fuzz::small_snapshot();
+        assert_eq!(fuzz::decode_and_apply(&good, 1 << 20), (true, true));
+        for len in 0..good.len() {
+            let cut = &good[..len];
+            assert!(decode(cut, GUEST, 1 << 20).is_err(), "{len} bytes");
+            // With the checksum made to match, the frames must still fail.
+            if len >= HEADER_BYTES {
+                let resealed = fuzz::seal(&cut[HEADER_BYTES..]);
+                assert!(!fuzz::decode_and_apply(&resealed, 1 << 20).0, "{len} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_is_an_error_or_a_checksum_mismatch() {
+        let good = fuzz::small_snapshot();
+        for at in 0..good.len() {
+            for mask in [0x01, 0x80, 0xFF] {
+                let mut v = good.clone();
+                v[at] ^= mask;
+                let e = decode(&v, GUEST, 1 << 20).unwrap_err();
+                if at >= HEADER_BYTES {
+                    assert_eq!(e, SnapshotError::ChecksumMismatch, "byte {at}");
+                }
+                // Resealed, the damage reaches the frames: an error, or a
+                // restore of other bytes, never a panic.
+                if at >= HEADER_BYTES {
+                    let resealed = fuzz::seal(&v[HEADER_BYTES..]);
+                    fuzz::decode_and_apply(&resealed, 1 << 20);
+                }
+            }
+        }
     }
 }
