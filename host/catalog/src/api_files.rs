@@ -5,7 +5,7 @@
 
 use crate::catalog::{Catalog, Entry, MCP_DESCRIPTION_UNITS};
 use crate::error::{CatalogError, ErrorKind};
-use crate::surfaces::Projection;
+use crate::surfaces::{Projection, MAX_API_PATH_BYTES};
 use crate::text::safe_cut_utf16;
 
 /// The static `results.d.ts` file.
@@ -133,7 +133,19 @@ impl Catalog {
 
     /// `API.read(path)`. Paths with a `.` or `..` segment are rejected with
     /// `invalid API file path`; unknown paths with `Unknown API file: <path>`.
+    ///
+    /// A path longer than [`crate::MAX_API_PATH_BYTES`] is rejected as
+    /// unknown at once (the error states its length, not the path).
     pub fn api_read(&self, projection: &Projection, path: &str) -> Result<String, CatalogError> {
+        if path.len() > MAX_API_PATH_BYTES {
+            return Err(CatalogError::new(
+                ErrorKind::UnknownApiFile,
+                format!(
+                    "Unknown API file: the path is {} bytes long; API file paths are at most {MAX_API_PATH_BYTES} bytes.",
+                    path.len()
+                ),
+            ));
+        }
         if path.split(['/', '\\']).any(|seg| seg == "." || seg == "..") {
             return Err(CatalogError::new(
                 ErrorKind::InvalidApiPath,

@@ -264,6 +264,13 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
+/// Largest number of results one search returns (results), whatever the
+/// configuration: [`SearchLimits::from_config`] clamps `maxLimit` to it and
+/// [`SearchLimits::resolve`] clamps every requested limit to it, so a guest's
+/// `limit` never sizes host work beyond it (a larger limit is clamped, not
+/// rejected).
+pub const MAX_SEARCH_LIMIT: usize = 50;
+
 /// Search limit configuration: default and maximum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SearchLimits {
@@ -299,7 +306,8 @@ impl SearchLimits {
         max: Option<&Value>,
         defaults: SearchLimits,
     ) -> Self {
-        let max_limit = positive_int(max).map_or(defaults.max_limit, |v| v.clamp(1, 50));
+        let max_limit =
+            positive_int(max).map_or(defaults.max_limit, |v| v.clamp(1, MAX_SEARCH_LIMIT));
         let default_limit = positive_int(default).unwrap_or(defaults.default_limit);
         SearchLimits {
             default_limit: default_limit.clamp(1, max_limit),
@@ -309,11 +317,13 @@ impl SearchLimits {
 
     /// Resolve a per-search limit: absent → default (capped by the max); an
     /// integer → clamped to `[1, max]`; anything else (non-integer number,
-    /// string, ...) → default.
+    /// string, ...) → default. The max itself is clamped to
+    /// `[1, MAX_SEARCH_LIMIT]`.
     pub fn resolve(&self, limit: Option<&Value>) -> usize {
-        let default = self.default_limit.clamp(1, self.max_limit.max(1));
+        let max = self.max_limit.clamp(1, MAX_SEARCH_LIMIT);
+        let default = self.default_limit.clamp(1, max);
         match limit.and_then(int_value) {
-            Some(n) => n.clamp(1, self.max_limit.max(1) as i64) as usize,
+            Some(n) => n.clamp(1, max as i64) as usize,
             None => default,
         }
     }

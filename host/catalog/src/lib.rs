@@ -126,6 +126,15 @@
 //!   validation (dispatched to the host path).
 //! - **Untrusted envelope**: see [`wrap_untrusted`].
 //! - **Configuration**: see [`ToolSearchConfig::resolve`].
+//! - **Guest-driven work** (issue 19): host work driven by guest data is
+//!   linear in input capped by a named constant. Search uses the first
+//!   [`MAX_QUERY_BYTES`] of a query ([`cut_query`]) and its first
+//!   [`MAX_QUERY_TERMS`] distinct terms (longer queries are cut, not
+//!   rejected: search is best-effort ranking); limits are clamped to
+//!   [`MAX_SEARCH_LIMIT`]; did-you-mean looks at [`MAX_SUGGESTION_KEYS`]
+//!   names and only at names of at most [`MAX_SUGGESTION_NAME_CHARS`]
+//!   characters; guest lookups reject names over [`MAX_CALLABLE_NAME_BYTES`]
+//!   and `API.read` paths over [`MAX_API_PATH_BYTES`].
 
 #![warn(missing_docs)]
 
@@ -147,11 +156,14 @@ pub use api_files::{mcp_declaration, tool_declaration, RESULTS_DTS};
 pub use catalog::{
     glob_match, param_text, sanitize_source_name, Catalog, CatalogBuilder, CatalogMode, Entry,
     McpServer, Policy, SearchLimits, SearchOptions, Source, SourceCounts, SourceKind, Telemetry,
-    ToolSpec, MCP_DESCRIPTION_UNITS,
+    ToolSpec, MAX_SEARCH_LIMIT, MCP_DESCRIPTION_UNITS,
 };
 pub use config::{ToolSearchConfig, ToolSearchMode};
 pub use error::{CatalogError, ErrorKind};
-pub use expand::{singularize, weighted_query, QueryTerm, EXPANSIONS, EXPANSION_WEIGHT};
+pub use expand::{
+    cut_query, singularize, weighted_query, QueryTerm, EXPANSIONS, EXPANSION_WEIGHT,
+    MAX_QUERY_BYTES, MAX_QUERY_TERMS,
+};
 pub use hints::{
     input_hint, is_bare_key, output_hint, render_schema, HintBudget, RenderedHint,
     INPUT_HINT_BUDGET, OUTPUT_HINT_BUDGET,
@@ -167,12 +179,17 @@ pub use surfaces::{
     directory_omitted_line, neutralize_control_tokens, quick_index_omitted_footer,
     render_directory, wrap_untrusted, Binding, DirectoryRow, Meta, PreparedCall, Projection,
     BATCH_MAX_ENTRIES, BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS,
-    DIRECTORY_CHARS, DIRECTORY_HEADER, DIRECTORY_NONE, QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER,
-    QUICK_INDEX_NOTE, SEARCH_RESPONSE_CHARS,
+    DIRECTORY_CHARS, DIRECTORY_HEADER, DIRECTORY_NONE, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES,
+    QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, QUICK_INDEX_NOTE, SEARCH_RESPONSE_CHARS,
 };
 pub use text::{collate, safe_cut_bytes, safe_cut_utf16, utf16_len, CollationKey};
 pub use tokenize::{is_stopword, query_words, split_parts, split_words, tokenize, STOPWORDS};
-pub use validate::{closest, osa_distance, validate_input, validate_output};
+pub use validate::{
+    closest, osa_distance, validate_input, validate_output, MAX_SUGGESTION_KEYS,
+    MAX_SUGGESTION_NAME_CHARS,
+};
 
+#[cfg(test)]
+mod hardening_tests;
 #[cfg(test)]
 mod tests;

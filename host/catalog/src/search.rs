@@ -1,6 +1,6 @@
 //! The BM25 index and the search procedure (tool-search.md §7).
 
-use crate::expand::{weighted_query, QueryTerm};
+use crate::expand::{cut_query, weighted_query, QueryTerm};
 use crate::tokenize::{for_each_word, word_tokens, TokenScratch};
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -188,9 +188,13 @@ impl SearchIndex {
     }
 
     /// The search procedure of tool-search.md §7.2 with an already resolved
-    /// `limit` (≥ 1). Returns at most `limit` hits.
+    /// `limit` (≥ 1). Returns at most `limit` hits (and never more than the
+    /// index holds, whatever `limit` is). Only the first
+    /// [`crate::MAX_QUERY_BYTES`] bytes of the trimmed query
+    /// ([`crate::cut_query`]) and its first [`crate::MAX_QUERY_TERMS`]
+    /// distinct terms are used, so the work is bounded whatever the query.
     pub fn search(&self, query: &str, limit: usize, filter: SearchFilter<'_>) -> Vec<Hit> {
-        let q = query.trim();
+        let q = cut_query(query.trim()).trim_end();
         if q.is_empty() || limit == 0 {
             return Vec::new();
         }
@@ -241,7 +245,8 @@ impl SearchIndex {
         // Bounded top-k selection: a min-heap of the best `need` candidates.
         // The candidate filter runs only for hits that would enter the heap.
         let need = limit.saturating_sub(out.len());
-        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(need + 1);
+        let mut heap: BinaryHeap<Reverse<Ranked>> =
+            BinaryHeap::with_capacity(need.min(self.len()) + 1);
         if need > 0 {
             for &d in &acc.touched {
                 let d = d as usize;

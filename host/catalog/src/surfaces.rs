@@ -6,6 +6,7 @@
 use crate::api_files;
 use crate::catalog::{units, Catalog, Entry, SourceKind, MCP_DESCRIPTION_UNITS};
 use crate::error::{CatalogError, ErrorKind};
+use crate::expand::cut_query;
 use crate::names::{assign_callable_names, NameCandidate};
 use crate::text::{collate, one_line, safe_cut_utf16, utf16_len, CollationKey};
 use serde::Serialize;
@@ -27,6 +28,17 @@ pub const BATCH_MAX_QUERY_BYTES: usize = 512;
 pub const BATCH_MAX_RESULTS: usize = 50;
 /// `tool_search`: maximum serialized response length (UTF-16 code units).
 pub const SEARCH_RESPONSE_CHARS: usize = 4_000;
+/// Longest callable name, MCP server identifier or MCP method name a guest
+/// may pass to a lookup (`describe`, a tool call, `MCP.<server>.$api`), in
+/// UTF-8 bytes. A longer name is rejected at once with an error that states
+/// its length and this cap (and does not echo the name); no catalog name is
+/// that long in practice.
+pub const MAX_CALLABLE_NAME_BYTES: usize = 1_024;
+/// Longest `API.read` path, in UTF-8 bytes: `mcp/` or `tools/`, a name of
+/// at most [`MAX_CALLABLE_NAME_BYTES`] and `.d.ts`. A longer path is rejected
+/// at once as an unknown file with an error that states its length and this
+/// cap (and does not echo the path).
+pub const MAX_API_PATH_BYTES: usize = MAX_CALLABLE_NAME_BYTES + 16;
 
 /// Directory header.
 pub const DIRECTORY_HEADER: &str = "Available deferred-schema tools:";
@@ -379,7 +391,9 @@ impl Catalog {
 
     /// `catalog.search(query, {limit})` (contract.md §8.3): the exact-name
     /// shortcut, then BM25 over the projection's searchable entries. Counts
-    /// one search. An invalid `limit` falls back to the default.
+    /// one search. An invalid `limit` falls back to the default. Only the
+    /// first [`crate::MAX_QUERY_BYTES`] bytes of the trimmed query are used
+    /// ([`crate::cut_query`]), for the shortcut too.
     pub fn guest_search(
         &self,
         projection: &Projection,
@@ -387,7 +401,7 @@ impl Catalog {
         limit: Option<&Value>,
     ) -> Vec<Meta> {
         self.count_search();
-        let q = query.trim();
+        let q = cut_query(query.trim()).trim_end();
         if let Some(e) = self.guest_exact(projection, q) {
             return self.meta(projection, e).into_iter().collect();
         }
@@ -438,6 +452,11 @@ impl Catalog {
         projection: &Projection,
         callable_name: &str,
     ) -> Result<&Entry, CatalogError> {
+        check_name_len(
+            callable_name,
+            ErrorKind::UnknownCallable,
+            "Unknown catalog function",
+        )?;
         let id = projection
             .resolve(callable_name)
             .or_else(|| {
@@ -658,6 +677,10 @@ impl Catalog {
         method: Option<&str>,
         schema: bool,
     ) -> Result<Value, CatalogError> {
+        check_name_len(server_ident, ErrorKind::UnknownTool, "Unknown MCP server")?;
+        if let Some(m) = method {
+            check_name_len(m, ErrorKind::UnknownTool, "Unknown MCP method")?;
+        }
         let server = self
             .mcp_servers()
             .iter()
@@ -904,6 +927,21 @@ impl Catalog {
             replay_safe: entry.replay_safe(),
         })
     }
+}
+
+/// Reject a guest-supplied name longer than [`MAX_CALLABLE_NAME_BYTES`]
+/// (`what` names it in the error, which does not echo the name).
+fn check_name_len(name: &str, kind: ErrorKind, what: &str) -> Result<(), CatalogError> {
+    if name.len() <= MAX_CALLABLE_NAME_BYTES {
+        return Ok(());
+    }
+    Err(CatalogError::new(
+        kind,
+        format!(
+            "{what}: the name is {} bytes long; names are at most {MAX_CALLABLE_NAME_BYTES} bytes.",
+            name.len()
+        ),
+    ))
 }
 
 fn parameters(e: &Entry) -> Value {

@@ -149,6 +149,11 @@ fn classify(c: char) -> Class {
     }
 }
 
+/// Whether `c` belongs to a word of tokenizer step 1 (`[\p{L}\p{N}_]`).
+pub(crate) fn is_word_char(c: char) -> bool {
+    classify(c).is_word()
+}
+
 /// Tokenizer step 1: split on `/[^\p{L}\p{N}_]+/u`, dropping empty words.
 /// Returns the words in their original case.
 pub fn split_words(text: &str) -> Vec<&str> {

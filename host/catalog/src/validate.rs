@@ -6,13 +6,31 @@ use crate::text::{safe_cut_bytes, CollationKey};
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::{ValidationError, Validator};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// At most this many validation details are reported.
 pub const MAX_DETAILS: usize = 5;
 /// Each output-validation detail is safe-cut to this many UTF-8 bytes.
 pub const OUTPUT_DETAIL_BYTES: usize = 256;
+
+/// Longest property name, in characters (Unicode scalar values), for which
+/// a did-you-mean suggestion is computed. The edit distance is quadratic in
+/// name length, so it is only computed when both the unexpected name and the
+/// declared candidate are at most this long; a longer unexpected name simply
+/// gets no suggestion (the error itself is unchanged).
+pub const MAX_SUGGESTION_NAME_CHARS: usize = 64;
+
+/// Most property names of one input that the did-you-mean search looks at
+/// (names). Unexpected names are tried in validator order, then undeclared
+/// keys of open objects; after this many names the search stops, and an
+/// input whose close name comes later gets no suggestion.
+pub const MAX_SUGGESTION_KEYS: usize = 64;
+
+/// Serialized name lists in error details stop growing past this many UTF-8
+/// bytes: every detail is cut to far fewer ([`OUTPUT_DETAIL_BYTES`], 300 for
+/// inputs) before anyone sees it, so the text shown is unchanged.
+const DETAIL_LIST_BYTES: usize = 4_096;
 
 /// Compile a schema. `None` when the schema is not a valid JSON Schema or
 /// needs an external `$ref` (no resolver is compiled in); such tools are then
@@ -189,12 +207,25 @@ fn literal_list(v: &Value) -> String {
     }
 }
 
+/// The names JSON-quoted and joined by `, `, stopping once the text is
+/// longer than [`DETAIL_LIST_BYTES`] (a name is serialized from a prefix of
+/// that many bytes at most). The result is a prefix of the full list at
+/// least `DETAIL_LIST_BYTES` long, so cutting it to a detail's budget gives
+/// the same text as cutting the full list, at a cost independent of the
+/// number and length of the names.
 fn quoted_list(names: &[String]) -> String {
-    names
-        .iter()
-        .map(|n| serde_json::to_string(n).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut out = String::new();
+    for (i, n) in names.iter().enumerate() {
+        if out.len() > DETAIL_LIST_BYTES {
+            break;
+        }
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let n = safe_cut_bytes(n, DETAIL_LIST_BYTES);
+        out.push_str(&serde_json::to_string(n).unwrap_or_default());
+    }
+    out
 }
 
 /// One detail, prefixed by the JSON-pointer path of the offending value
@@ -275,16 +306,26 @@ fn declared_properties<'s>(schema: &'s Value, segments: &[String]) -> Vec<&'s St
 }
 
 fn did_you_mean(schema: &Value, errors: &[ValidationError]) -> Option<String> {
+    // Every property name looked at spends one unit; the search stops when
+    // the budget is spent.
+    let mut budget = MAX_SUGGESTION_KEYS;
     for e in errors {
         let unexpected = match e.kind() {
             ValidationErrorKind::AdditionalProperties { unexpected }
             | ValidationErrorKind::UnevaluatedProperties { unexpected } => unexpected,
             _ => continue,
         };
+        if budget == 0 {
+            return None;
+        }
         let segments: Vec<String> = e.instance_path().iter().map(|s| s.to_string()).collect();
         let mut declared = declared_properties(schema, &segments);
         declared.sort_by_cached_key(|k| CollationKey::new(k));
         for u in unexpected {
+            if budget == 0 {
+                return None;
+            }
+            budget -= 1;
             if let Some(s) = closest(u, &declared) {
                 return Some(s.to_string());
             }
@@ -298,10 +339,23 @@ fn did_you_mean(schema: &Value, errors: &[ValidationError]) -> Option<String> {
         let (Some(missing), Some(obj)) = (property.as_str(), e.instance().as_object()) else {
             continue;
         };
+        if budget == 0 {
+            return None;
+        }
         let segments: Vec<String> = e.instance_path().iter().map(|s| s.to_string()).collect();
-        let declared = declared_properties(schema, &segments);
+        let declared: HashSet<&str> = declared_properties(schema, &segments)
+            .into_iter()
+            .map(String::as_str)
+            .collect();
         let missing = missing.to_string();
-        for key in obj.keys().filter(|k| !declared.contains(k)) {
+        for key in obj.keys() {
+            if budget == 0 {
+                return None;
+            }
+            budget -= 1;
+            if declared.contains(key.as_str()) {
+                continue;
+            }
             if closest(key, &[&missing]).is_some() {
                 return Some(missing);
             }
@@ -314,12 +368,32 @@ fn did_you_mean(schema: &Value, errors: &[ValidationError]) -> Option<String> {
 /// alignment Damerau–Levenshtein distance ≤ max(1, floor(len/3)) where `len`
 /// is the character length of the unexpected name. Ties keep the first
 /// candidate in collation order.
+///
+/// Names longer than [`MAX_SUGGESTION_NAME_CHARS`] characters take no part:
+/// an unexpected name over the cap gets `None` at once (without lower-casing
+/// or measuring more than the cap), and a declared name over the cap is never
+/// suggested. Candidates whose length differs by more than the threshold are
+/// skipped without computing the distance (it is at least the difference).
+/// The work is thus at most `declared.len()` distances of at most
+/// `MAX_SUGGESTION_NAME_CHARS`² steps each.
 pub fn closest<'a>(unexpected: &str, declared: &[&'a String]) -> Option<&'a str> {
+    let within_cap = |s: &str| {
+        s.chars().take(MAX_SUGGESTION_NAME_CHARS + 1).count() <= MAX_SUGGESTION_NAME_CHARS
+    };
+    if !within_cap(unexpected) {
+        return None;
+    }
     let u: Vec<char> = unexpected.to_lowercase().chars().collect();
     let threshold = std::cmp::max(1, unexpected.chars().count() / 3);
     let mut best: Option<(usize, &str)> = None;
     for d in declared {
+        if !within_cap(d) {
+            continue;
+        }
         let dv: Vec<char> = d.to_lowercase().chars().collect();
+        if u.len().abs_diff(dv.len()) > threshold {
+            continue;
+        }
         let dist = osa_distance(&u, &dv);
         if dist <= threshold && best.is_none_or(|(b, _)| dist < b) {
             best = Some((dist, d.as_str()));
@@ -330,28 +404,30 @@ pub fn closest<'a>(unexpected: &str, declared: &[&'a String]) -> Option<&'a str>
 
 /// Optimal string alignment distance (Damerau–Levenshtein with adjacent
 /// transpositions, no substring edited twice).
+///
+/// Takes `a.len() · b.len()` steps and three rows of `b.len() + 1` cells:
+/// callers bound the lengths ([`closest`] caps both names at
+/// [`MAX_SUGGESTION_NAME_CHARS`]).
 pub fn osa_distance(a: &[char], b: &[char]) -> usize {
-    let (n, m) = (a.len(), b.len());
-    let mut d = vec![vec![0usize; m + 1]; n + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=n {
+    let m = b.len();
+    // Rows i-2, i-1 and i of the full matrix.
+    let mut prev2 = vec![0usize; m + 1];
+    let mut prev: Vec<usize> = (0..=m).collect();
+    let mut cur = vec![0usize; m + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
         for j in 1..=m {
             let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
+            let mut v = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
             if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
+                v = v.min(prev2[j - 2] + 1);
             }
-            d[i][j] = v;
+            cur[j] = v;
         }
+        std::mem::swap(&mut prev2, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
     }
-    d[n][m]
+    prev[m]
 }
 
 #[cfg(test)]
