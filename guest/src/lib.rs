@@ -501,10 +501,19 @@ fn drain_jobs(state: &State) {
             break;
         }
         if r < 0 {
+            // The job threw something uncatchable, usually out of memory.
+            // Reporting it allocates, so the heap limit is lifted while the
+            // runner records the failure (as `status_json` does); without
+            // that the report itself could fail, the queue would drain and
+            // the cell would look pending with nothing left to do.
+            let rt = runtime_ptr(state);
+            unsafe { qjs::JS_SetMemoryLimit(rt, usize::MAX as _) };
             state.runtime.context().with(|ctx| {
                 let exc = ctx.catch();
                 call_runner(&ctx, state, "jobError", (exc,));
             });
+            let limit = HEAP_LIMIT.with(|l| *l.borrow());
+            unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
         }
     }
 }

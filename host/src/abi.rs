@@ -35,6 +35,27 @@ pub(crate) const MAX_METHOD_BYTES: usize = 64;
 /// Largest JSON argument of one bridge request the host reads, in bytes.
 pub(crate) const MAX_REQUEST_ARGS_BYTES: usize = 4 << 20;
 
+/// Bytes of JSON arguments one cell's bridge requests may hold on the host
+/// at once: those made in one guest run and not yet accepted, and those
+/// queued, running or held by the bridge. Unit: bytes; scope: one cell;
+/// 8 MiB (two requests of [`MAX_REQUEST_ARGS_BYTES`]). A request past it is
+/// not read: it settles with a catchable `invalid_input` error, and the
+/// guest can send it again once earlier calls have settled. Without it a
+/// cell could pass one 4 MiB string to hundreds of calls and make the host
+/// hold hundreds of copies.
+pub(crate) const MAX_OUTSTANDING_ARGS_BYTES: usize = 8 << 20;
+
+/// Requests one guest run may make before the host stops recording them:
+/// the most the bridge could ever accept in one batch (128 in flight plus
+/// 128 queued). Past it the batch overflows the queue and the cell fails
+/// with the queue error; the extra requests cost the host nothing.
+pub(crate) const MAX_REQUESTS_PER_GUEST_RUN: usize = 256;
+
+/// Cancellations (cleared timers) one guest run may record; duplicates are
+/// recorded once. A cell has at most 256 requests outstanding, so more
+/// distinct ids than this cannot name anything to cancel.
+pub(crate) const MAX_CANCELS_PER_GUEST_RUN: usize = 1024;
+
 /// Tables may grow to at most this many elements (the guest's table is
 /// fixed; growth means a broken guest).
 const MAX_TABLE_ELEMENTS: usize = 100_000;
@@ -88,10 +109,16 @@ impl HostMonotonicClock for CellClock {
 pub(crate) struct BridgeRequest {
     pub id: u64,
     pub method: String,
-    pub args_json: String,
-    /// Size of arguments the host refused to read (over
-    /// [`MAX_REQUEST_ARGS_BYTES`]); the request settles with an error.
+    /// The arguments' JSON, shared by the queue and the bridge's record of
+    /// the request (one copy however long the request waits).
+    pub args_json: std::sync::Arc<str>,
+    /// Size of arguments the host refused to read; the request settles with
+    /// an error.
     pub oversized_args: Option<usize>,
+    /// The arguments were refused because the cell's requests already hold
+    /// [`MAX_OUTSTANDING_ARGS_BYTES`] (rather than because they alone are
+    /// over [`MAX_REQUEST_ARGS_BYTES`]).
+    pub over_outstanding_cap: bool,
 }
 
 /// Store data of one cell call: the WASI context (nothing granted), the
@@ -106,6 +133,11 @@ pub(crate) struct CellState {
     pub output: OutputBuffer,
     /// Requests queued during this call.
     pub requests: Vec<BridgeRequest>,
+    /// Bytes of arguments in `requests`.
+    pub request_bytes: usize,
+    /// Requests made during this call past [`MAX_REQUESTS_PER_GUEST_RUN`]
+    /// (not recorded; they make the batch overflow the queue).
+    pub requests_dropped: usize,
     /// Last request id handed out (ids start at 1 and are never reused).
     pub last_request_id: u64,
     /// Request ids the guest no longer needs (cleared timers).
@@ -155,6 +187,8 @@ impl CellState {
             memory_refused: false,
             output,
             requests: Vec::new(),
+            request_bytes: 0,
+            requests_dropped: 0,
             last_request_id: 0,
             cancels: Vec::new(),
             fault: None,
@@ -267,7 +301,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
             HOST_MODULE,
             "cancel",
             |mut caller: Caller<'_, CellState>, id: u64| {
-                caller.data_mut().cancels.push(id);
+                let cancels = &mut caller.data_mut().cancels;
+                if cancels.len() < MAX_CANCELS_PER_GUEST_RUN && !cancels.contains(&id) {
+                    cancels.push(id);
+                }
             },
         )
         .map_err(|e| anyhow!("{e}"))?;
@@ -290,17 +327,24 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
                 );
                 // Oversized arguments are not read: the request gets an id
                 // and settles with an error the cell can catch.
+                let len = args_len as usize;
+                let data = caller.data();
+                let over_outstanding_cap = len <= MAX_REQUEST_ARGS_BYTES
+                    && data.request_bytes.saturating_add(len) > MAX_OUTSTANDING_ARGS_BYTES;
                 let oversized_args =
-                    (args_len as usize > MAX_REQUEST_ARGS_BYTES).then_some(args_len as usize);
-                let args = match oversized_args {
-                    Some(_) => Ok(String::new()),
+                    (len > MAX_REQUEST_ARGS_BYTES || over_outstanding_cap).then_some(len);
+                let dropped = data.requests.len() >= MAX_REQUESTS_PER_GUEST_RUN;
+                let args: std::result::Result<std::sync::Arc<str>, String> = match oversized_args {
+                    _ if dropped => Ok(std::sync::Arc::from("")),
+                    Some(_) => Ok(std::sync::Arc::from("")),
                     None => read_guest_str(
                         &mut caller,
                         args_ptr,
                         args_len,
                         MAX_REQUEST_ARGS_BYTES,
                         "bridge request arguments",
-                    ),
+                    )
+                    .map(std::sync::Arc::from),
                 };
                 let state = caller.data_mut();
                 let (method, args_json) = match (method, args) {
@@ -312,11 +356,17 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
                 };
                 state.last_request_id += 1;
                 let id = state.last_request_id;
+                if dropped {
+                    state.requests_dropped += 1;
+                    return Ok(id);
+                }
+                state.request_bytes += args_json.len();
                 state.requests.push(BridgeRequest {
                     id,
                     method,
                     args_json,
                     oversized_args,
+                    over_outstanding_cap,
                 });
                 Ok(id)
             },

@@ -47,6 +47,7 @@ use crate::abi::BridgeRequest;
 use crate::tools::{Tool, ToolErrorCode, ToolSet};
 use quickcell_catalog::{Catalog, CatalogError, Projection, SourceKind};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
@@ -178,7 +179,7 @@ pub(crate) const EFFECT_UNKNOWN: &str = "the host that ran this tool call ended 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Outstanding {
     pub method: String,
-    pub args_json: String,
+    pub args_json: Arc<str>,
     /// Dispatched to the host (not only queued).
     pub started: bool,
     /// Running it again after a host restart is harmless.
@@ -274,14 +275,26 @@ struct CallValueArgs {
 /// `{"id":N,"ok":false,"error":{"message":..,"code":..}}`. Typed, so that
 /// building, checking and writing one touches no map (one is made per tool
 /// round trip).
+///
+/// The value is held as JSON text ([`RawValue`]), never as a parsed tree:
+/// a reply waits for delivery as the bytes the guest will parse, once.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Settlement {
     pub id: u64,
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    pub value: Option<Box<RawValue>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<SettlementError>,
+}
+
+impl Settlement {
+    /// Bytes this settlement takes while it waits for delivery: its value's
+    /// JSON, or its error message.
+    pub(crate) fn bytes(&self) -> usize {
+        self.value.as_ref().map_or(0, |v| v.get().len())
+            + self.error.as_ref().map_or(0, |e| e.message.len())
+    }
 }
 
 /// Why a bridge request failed; the guest makes it an `Error` with `code`.
@@ -292,12 +305,25 @@ pub(crate) struct SettlementError {
 }
 
 fn ok(id: u64, value: Value) -> Settlement {
+    match serde_json::value::to_raw_value(&value) {
+        Ok(raw) => ok_raw(id, raw),
+        Err(e) => err(id, format!("the result is not JSON: {e}"), "tool_error"),
+    }
+}
+
+/// A successful settlement whose value is already JSON text.
+fn ok_raw(id: u64, value: Box<RawValue>) -> Settlement {
     Settlement {
         id,
         ok: true,
         value: Some(value),
         error: None,
     }
+}
+
+/// `null`, the value of timers, deletes and released yields.
+fn ok_null(id: u64) -> Settlement {
+    ok(id, Value::Null)
 }
 
 fn err(id: u64, message: impl Into<String>, code: &str) -> Settlement {
@@ -310,6 +336,13 @@ fn err(id: u64, message: impl Into<String>, code: &str) -> Settlement {
             code: code.to_string(),
         }),
     }
+}
+
+/// The contract's queue-overflow message.
+fn queue_overflow(max_in_flight: usize) -> String {
+    format!(
+        "code mode bridge queue limit exceeded ({MAX_QUEUED_REQUESTS} ordinary requests queued; {max_in_flight} in-flight slots). Await smaller batches before creating more tool calls or timers."
+    )
 }
 
 /// The settlement of a request whose arguments are not what its method
@@ -390,7 +423,7 @@ impl Bridge {
         let Some(value) = settlement.value.as_ref().filter(|_| settlement.ok) else {
             return settlement;
         };
-        let size = crate::output::json_len(value);
+        let size = value.get().len();
         if size <= self.reply_inbox_bytes {
             return settlement;
         }
@@ -443,7 +476,7 @@ impl Bridge {
                 continue;
             }
             let args_json = match request.due_unix_ms {
-                Some(due) => format!("{{\"ms\":{}}}", due.saturating_sub(now)),
+                Some(due) => Arc::from(format!("{{\"ms\":{}}}", due.saturating_sub(now))),
                 None => request.args_json.clone(),
             };
             bridge.queued.push_back(BridgeRequest {
@@ -451,6 +484,7 @@ impl Bridge {
                 method: request.method.clone(),
                 args_json,
                 oversized_args: None,
+                over_outstanding_cap: false,
             });
             bridge.outstanding.insert(id, request);
         }
@@ -479,7 +513,7 @@ impl Bridge {
     pub(crate) fn release_yields(&mut self) {
         for id in std::mem::take(&mut self.yields) {
             self.outstanding.remove(&id);
-            self.ready.push(ok(id, Value::Null));
+            self.ready.push(ok_null(id));
         }
     }
 
@@ -506,13 +540,38 @@ impl Bridge {
     /// Accepts a batch of new requests. Fails with the contract's queue
     /// message when the batch would overflow the queue; nothing of the batch
     /// is dispatched then.
-    pub(crate) fn accept(&mut self, batch: Vec<BridgeRequest>) -> Result<(), String> {
-        if batch.is_empty() {
+    ///
+    /// `dropped` counts requests of the batch the host did not record (past
+    /// `MAX_REQUESTS_PER_GUEST_RUN`); they only count against the queue.
+    /// A request whose arguments would make the cell's outstanding requests
+    /// hold more than `MAX_OUTSTANDING_ARGS_BYTES` settles at once with a
+    /// catchable error instead of being queued.
+    pub(crate) fn accept(
+        &mut self,
+        batch: Vec<BridgeRequest>,
+        dropped: usize,
+    ) -> Result<(), String> {
+        if batch.is_empty() && dropped == 0 {
             return Ok(());
         }
-        self.check_capacity(batch.len())?;
+        self.check_capacity(batch.len() + dropped)?;
+        if dropped > 0 {
+            // Requests the host did not record can never settle; a batch with
+            // any overflows the queue however the in-flight cap was set.
+            return Err(queue_overflow(self.max_in_flight));
+        }
         self.dispatch_started = true;
-        for request in batch {
+        let mut held: usize = self.outstanding.values().map(|o| o.args_json.len()).sum();
+        for mut request in batch {
+            let len = request.args_json.len();
+            if request.oversized_args.is_none()
+                && held.saturating_add(len) > crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+            {
+                request.oversized_args = Some(len);
+                request.over_outstanding_cap = true;
+                request.args_json = Arc::from("");
+            }
+            held += request.args_json.len();
             if request.method == "yield" {
                 self.yields.push(request.id);
             } else {
@@ -538,10 +597,7 @@ impl Bridge {
     pub(crate) fn check_capacity(&self, new: usize) -> Result<(), String> {
         let outstanding = self.in_flight.len() + self.queued.len() + new;
         if outstanding > self.max_in_flight + MAX_QUEUED_REQUESTS {
-            return Err(format!(
-                "code mode bridge queue limit exceeded ({MAX_QUEUED_REQUESTS} ordinary requests queued; {} in-flight slots). Await smaller batches before creating more tool calls or timers.",
-                self.max_in_flight
-            ));
+            return Err(queue_overflow(self.max_in_flight));
         }
         Ok(())
     }
@@ -554,7 +610,7 @@ impl Bridge {
             } else if let Some(pos) = self.queued.iter().position(|r| r.id == id) {
                 self.queued.remove(pos);
                 self.outstanding.remove(&id);
-                self.ready.push(ok(id, Value::Null));
+                self.ready.push(ok_null(id));
             }
         }
     }
@@ -576,13 +632,41 @@ impl Bridge {
         self.pump();
     }
 
-    /// Settlements ready for the guest, taken.
+    /// Settlements ready for the guest, taken: the oldest ones, as many as
+    /// fit the reply inbox in bytes (always at least one). The rest stay
+    /// ready for the next batch, so one delivery — and the JSON text built
+    /// for it — never holds more than the inbox plus one reply.
     pub(crate) fn take_ready(&mut self) -> Vec<Settlement> {
-        std::mem::take(&mut self.ready)
+        let mut bytes = 0usize;
+        let fit = self
+            .ready
+            .iter()
+            .take_while(|s| {
+                let first = bytes == 0;
+                bytes = bytes.saturating_add(s.bytes());
+                first || bytes <= self.reply_inbox_bytes
+            })
+            .count();
+        if fit == self.ready.len() {
+            return std::mem::take(&mut self.ready);
+        }
+        let rest = self.ready.split_off(fit);
+        std::mem::replace(&mut self.ready, rest)
     }
 
+    /// Bytes of the settlements waiting for delivery.
+    fn ready_bytes(&self) -> usize {
+        self.ready.iter().map(Settlement::bytes).sum()
+    }
+
+    /// Starts queued requests while in-flight slots are free and the
+    /// replies waiting for delivery take less than the reply inbox: while
+    /// the guest is not taking replies (a parked cell), requests stay
+    /// queued instead of piling up more replies on the host.
     fn pump(&mut self) {
-        while self.in_flight.len() < self.max_in_flight {
+        while self.in_flight.len() < self.max_in_flight
+            && self.ready_bytes() < self.reply_inbox_bytes
+        {
             let Some(request) = self.queued.pop_front() else {
                 break;
             };
@@ -608,14 +692,18 @@ impl Bridge {
     fn start_request(&mut self, request: BridgeRequest) -> bool {
         let id = request.id;
         if let Some(size) = request.oversized_args {
-            self.ready.push(err(
-                id,
+            let message = if request.over_outstanding_cap {
+                format!(
+                    "the arguments of this call ({size} bytes of JSON) would make this cell's unsettled calls hold more than {} bytes of arguments. Await earlier calls before making more, or pass less data.",
+                    crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+                )
+            } else {
                 format!(
                     "the arguments of this call are {size} bytes of JSON; the bridge accepts at most {} bytes. Pass less data.",
                     crate::abi::MAX_REQUEST_ARGS_BYTES
-                ),
-                "invalid_input",
-            ));
+                )
+            };
+            self.ready.push(err(id, message, "invalid_input"));
             return true;
         }
         if request.method == "callValue" {
@@ -634,7 +722,14 @@ impl Bridge {
                 let query = args["query"].as_str().unwrap_or("");
                 let limit = args.get("limit").filter(|v| !v.is_null());
                 let metas = tools.catalog.guest_search(&tools.projection, query, limit);
-                let settlement = ok(id, serde_json::to_value(metas).unwrap_or(Value::Null));
+                let settlement = match serde_json::value::to_raw_value(&metas) {
+                    Ok(raw) => ok_raw(id, raw),
+                    Err(e) => err(
+                        id,
+                        format!("search results are not JSON: {e}"),
+                        "tool_error",
+                    ),
+                };
                 let settlement = self.fit_inbox(settlement, "search");
                 self.ready.push(settlement);
                 true
@@ -703,7 +798,7 @@ impl Bridge {
                         _ = tokio::time::sleep(std::time::Duration::from_millis(ms)) => {}
                         _ = token.cancelled() => {}
                     }
-                    ok(id, Value::Null)
+                    ok_null(id)
                 });
                 true
             }
@@ -852,9 +947,11 @@ impl Bridge {
             }
             "resultLoad" => {
                 let key = args["id"].as_str().unwrap_or("");
+                // The stored text is delivered as it is (checked to be
+                // JSON, never parsed into a tree).
                 match session.state.result_load(run, key) {
-                    Ok(Some(json)) => match serde_json::from_str::<Value>(&json) {
-                        Ok(value) => ok(id, value),
+                    Ok(Some(json)) => match RawValue::from_string(json) {
+                        Ok(value) => ok_raw(id, value),
                         Err(e) => err(
                             id,
                             format!("a saved result is unreadable: {e}"),
@@ -905,14 +1002,16 @@ impl Bridge {
                 None => committed(key),
             };
             return match found {
-                Ok(Some(json)) => match serde_json::from_str::<Value>(&json) {
-                    Ok(value) => ok(id, json!({"found": true, "value": value})),
-                    Err(e) => err(
-                        id,
-                        format!("a stored value is unreadable: {e}"),
-                        "tool_error",
-                    ),
-                },
+                Ok(Some(json)) => {
+                    match RawValue::from_string(format!(r#"{{"found":true,"value":{json}}}"#)) {
+                        Ok(value) => ok_raw(id, value),
+                        Err(e) => err(
+                            id,
+                            format!("a stored value is unreadable: {e}"),
+                            "tool_error",
+                        ),
+                    }
+                }
                 Ok(None) => ok(id, json!({"found": false})),
                 Err(e) => err(
                     id,
@@ -994,7 +1093,7 @@ impl Bridge {
             self.settled(result);
         }
         self.pump();
-        Some(std::mem::take(&mut self.ready))
+        Some(self.take_ready())
     }
 
     /// Waits until a running request settles; returns the settlements that

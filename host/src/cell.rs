@@ -183,7 +183,18 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         return input_failure(message, (env.telemetry)());
     }
     let is_tool_global = |name: &str| env.tools.projection.resolve(name).is_some();
-    let cell_function = match source::prepare_source(&input.code, &is_tool_global) {
+    // Large sources are checked a few at a time process-wide: a hostile one
+    // may touch a lot of stack while it is parsed (see `source`).
+    static LARGE_CHECKS: tokio::sync::Semaphore =
+        tokio::sync::Semaphore::const_new(source::MAX_LARGE_SOURCE_CHECKS);
+    let permit = if input.code.len() > source::LARGE_SOURCE_BYTES {
+        LARGE_CHECKS.acquire().await.ok()
+    } else {
+        None
+    };
+    let prepared = source::prepare_source(&input.code, &is_tool_global);
+    drop(permit);
+    let cell_function = match prepared {
         Ok(text) => text,
         Err(rejection) => return input_failure(rejection.message(), (env.telemetry)()),
     };
@@ -478,18 +489,18 @@ impl LiveCell {
             let state = self.store.data_mut();
             let cancels = std::mem::take(&mut state.cancels);
             let requests = std::mem::take(&mut state.requests);
+            state.request_bytes = 0;
+            let dropped = std::mem::take(&mut state.requests_dropped);
             self.bridge.cancel(cancels);
             if !requests.is_empty() && self.run_id.is_none() && self.slot.is_none() {
-                if let Err(message) = self.bridge.check_capacity(requests.len()) {
+                if let Err(message) = self.bridge.check_capacity(requests.len() + dropped) {
                     return self.end(env, bridge_failure(message));
                 }
-                match env.runs.take_slot() {
-                    Ok(Some(slot)) => self.slot = Some(slot),
-                    Ok(None) => {
-                        return self.end(
-                            env,
-                            bridge_failure("too many suspended code mode runs.".into()),
-                        )
+                match env.runs.take_slot(&self.owner.session) {
+                    Ok(Ok(slot)) => self.slot = Some(slot),
+                    Ok(Err(refused)) => {
+                        let message = refused.message(&env.runs.limits);
+                        return self.end(env, bridge_failure(message));
                     }
                     Err(e) => {
                         return self.end(
@@ -503,7 +514,7 @@ impl LiveCell {
                     }
                 }
             }
-            if let Err(message) = self.bridge.accept(requests) {
+            if let Err(message) = self.bridge.accept(requests, dropped) {
                 return self.end(env, bridge_failure(message));
             }
             // `None`: the cell's promise has not settled yet.
@@ -511,10 +522,32 @@ impl LiveCell {
                 Some(ending @ Ending::Failed { .. }) => return self.end(env, ending),
                 Some(ending) if !self.bridge.has_work() => return self.end(env, ending),
                 None if !self.bridge.has_work() => {
-                    let ending = Ending::Failed {
-                        code: ErrorCode::InternalError,
-                        phase: FailurePhase::Guest,
-                        error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+                    // A cell can look pending with nothing left to do
+                    // because it ran out of memory: an allocation that failed
+                    // inside a promise reaction rejects that promise instead
+                    // of failing the job (`loop = () => Promise.resolve()
+                    // .then(loop)` breaks its chain that way), and nothing
+                    // observes the rejection. That is the memory limit's
+                    // doing, as is a stop at the deadline the deadline's.
+                    let data = self.store.data();
+                    let ending = if data.memory_refused {
+                        Ending::Failed {
+                            code: ErrorCode::MemoryLimitExceeded,
+                            phase: FailurePhase::Guest,
+                            error: crate::Error::MemoryLimitExceeded.to_string(),
+                        }
+                    } else if process_nanos() >= data.deadline_ns {
+                        Ending::Failed {
+                            code: ErrorCode::Timeout,
+                            phase: FailurePhase::Guest,
+                            error: crate::Error::Timeout.to_string(),
+                        }
+                    } else {
+                        Ending::Failed {
+                            code: ErrorCode::InternalError,
+                            phase: FailurePhase::Guest,
+                            error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+                        }
                     };
                     return self.end(env, ending);
                 }
@@ -585,7 +618,7 @@ impl LiveCell {
         // Only a value over half the budget can be cut (§10.2).
         let oversized = match &ending {
             Ending::Completed { value_json } if value_json.len() > budget / 2 => {
-                Some(value_json.clone())
+                Some(value_json.as_str())
             }
             _ => None,
         };
@@ -597,7 +630,7 @@ impl LiveCell {
             && env.shared.hot_pages.get().is_none())
         .then(|| (env.shared.clone(), self.exports.memory));
         release_in_background(self.store, learn);
-        let mut result = finish(ending, output, budget, dispatch_started, telemetry);
+        let mut result = finish(&ending, output, budget, dispatch_started, telemetry);
         result.set_untrusted_source(untrusted_source);
         match &mut result {
             CellResult::Completed(c) => {
@@ -610,7 +643,7 @@ impl LiveCell {
                         capacity_bytes: env.limits.reply_inbox_bytes(),
                         restart_safe,
                     };
-                    reference.apply(c, &original, budget);
+                    reference.apply(c, original, budget);
                 }
             }
             CellResult::Failed(f) => f.replay_safe = replay_safe,
@@ -848,20 +881,39 @@ impl AutoReference<'_> {
         if completed.value["truncated"] != Value::Bool(true) {
             return;
         }
-        let Ok(value) = serde_json::from_str::<Value>(original) else {
+        // Plain strings and scalars never get a reference.
+        if !original.starts_with(['[', '{']) {
             return;
-        };
-        if !(value.is_array() || value.is_object()) {
-            return; // plain strings and scalars never get a reference
         }
         let used_output: usize = completed.output.iter().map(output::json_len).sum();
         let allowance = budget.saturating_sub(used_output);
         let not_retained =
             |guidance: &str| output::truncation_marker_with_guidance(original, allowance, guidance);
-        let replacement = if self.restart_safe {
-            not_retained("Not retained in restart-safe mode. Return less data.")
-        } else if output::json_len(&value) > self.capacity_bytes {
-            not_retained("Not retained: result exceeds the data allowance. Return less data.")
+        const TOO_LARGE: &str =
+            "Not retained: result exceeds the data allowance. Return less data.";
+        // Measured on the guest's text before anything is parsed, so a
+        // value over the allowance never becomes a tree on the host (its
+        // canonical text could only be shorter where serde writes a number
+        // more briefly than JavaScript, e.g. `1e20`).
+        if self.restart_safe {
+            if let Some(marker) =
+                not_retained("Not retained in restart-safe mode. Return less data.")
+            {
+                completed.value = marker;
+            }
+            return;
+        }
+        if original.len() > self.capacity_bytes {
+            if let Some(marker) = not_retained(TOO_LARGE) {
+                completed.value = marker;
+            }
+            return;
+        }
+        let Ok(value) = serde_json::from_str::<Value>(original) else {
+            return;
+        };
+        let replacement = if output::json_len(&value) > self.capacity_bytes {
+            not_retained(TOO_LARGE)
         } else {
             match crate::bridge::save_result(self.state, self.agent_run, &value, self.capacity_bytes) {
                 Ok(Ok(descriptor)) => {
@@ -1033,6 +1085,16 @@ fn trap_summary(err: &wasmtime::Error) -> String {
     }
 }
 
+/// The result of a cell whose host code panicked (a quickcell bug): that
+/// cell alone fails; the process goes on.
+pub(crate) fn host_panic(telemetry: Telemetry) -> CellResult {
+    tracing::error!("a cell's host code panicked; the cell was stopped");
+    host_failure(
+        "InternalError: the host failed while running this cell and stopped it; other cells are unaffected. Run it again; report it if it repeats.".to_string(),
+        telemetry,
+    )
+}
+
 fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
@@ -1064,14 +1126,14 @@ fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
 /// Fits output, value and error into the cell's output budget and builds
 /// the result.
 fn finish(
-    ending: Ending,
+    ending: &Ending,
     output: OutputBuffer,
     budget: usize,
     dispatch_started: bool,
     telemetry: Telemetry,
 ) -> CellResult {
     let entries = output.to_values();
-    let (value_json, error) = match &ending {
+    let (value_json, error) = match ending {
         Ending::Completed { value_json } => (Some(value_json.as_str()), None),
         Ending::Failed { error, .. } => (None, Some(error.as_str())),
     };
@@ -1111,10 +1173,10 @@ fn finish(
             mcp_outage: Default::default(),
             untrusted_source: None,
             error: fitted.error.unwrap_or_default(),
-            code,
+            code: *code,
             output: fitted.output,
             telemetry,
-            failure_phase: phase,
+            failure_phase: *phase,
             bridge_dispatch_started: dispatch_started,
             replay_safe: None,
         }),

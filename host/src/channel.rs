@@ -41,11 +41,14 @@ impl OutputBuffer {
             }
         }
         if self.dropped_entries == 0 {
-            let mut end = bytes.len().min(self.cap);
-            while end > 0 && std::str::from_utf8(&bytes[..end]).is_err() {
-                end -= 1;
-            }
-            self.dropped_prefix = Some(String::from_utf8_lossy(&bytes[..end]).into_owned());
+            // The longest valid UTF-8 prefix within the cap, found in one
+            // pass (the entry is guest bytes of any length).
+            let head = &bytes[..bytes.len().min(self.cap)];
+            let end = match std::str::from_utf8(head) {
+                Ok(_) => head.len(),
+                Err(e) => e.valid_up_to(),
+            };
+            self.dropped_prefix = Some(String::from_utf8_lossy(&head[..end]).into_owned());
         }
         self.dropped_entries += 1;
         self.dropped_bytes += bytes.len();

@@ -73,6 +73,190 @@ impl Default for Limits {
     }
 }
 
+/// Process-wide caps of a runtime and each session's share of them
+/// (operations.md §1.5): what one tenant may hold of what all tenants
+/// share. The `[host]` table of the configuration file sets them, with the
+/// same rule as `[limits]` (non-positive → default, else clamped).
+///
+/// A session over its share gets the ordinary slot error for that call
+/// alone; other sessions are unaffected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLimits {
+    /// Runs that may hold a suspended-run slot at once, across all
+    /// sessions: parked runs in the state store plus cells of this runtime
+    /// that have dispatched host work. Unit: runs; scope: the runtime (and
+    /// every process sharing its state store); default 64 (the contract's
+    /// value); range 1–100,000. A parked run costs no pool instance.
+    pub max_suspended_runs: u64,
+    /// Share of `max_suspended_runs` one session may hold. Unit: runs;
+    /// scope: one session; default 16; range 1–`max_suspended_runs`.
+    pub max_suspended_runs_per_session: u64,
+    /// Cells of one session that may run (`exec` or `wait` in progress) in
+    /// this runtime at once; a further call fails at once with
+    /// `invalid_input`. Unit: cells; scope: one session in one runtime;
+    /// default 4; range 1–256 (the engine's instance pool).
+    pub max_running_cells_per_session: u64,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        Self {
+            max_suspended_runs: crate::runs::MAX_SUSPENDED_RUNS as u64,
+            max_suspended_runs_per_session: 16,
+            max_running_cells_per_session: 4,
+        }
+    }
+}
+
+impl HostLimits {
+    /// Sets `max_suspended_runs` (clamped to 1–100,000; the per-session
+    /// share is clamped to it).
+    pub fn with_max_suspended_runs(mut self, n: u64) -> Self {
+        self.max_suspended_runs = n.clamp(1, 100_000);
+        self.max_suspended_runs_per_session = self
+            .max_suspended_runs_per_session
+            .min(self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_suspended_runs_per_session` (clamped to
+    /// 1–`max_suspended_runs`).
+    pub fn with_max_suspended_runs_per_session(mut self, n: u64) -> Self {
+        self.max_suspended_runs_per_session = n.clamp(1, self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_running_cells_per_session` (clamped to 1–256).
+    pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
+        self.max_running_cells_per_session = n.clamp(1, 256);
+        self
+    }
+}
+
+/// Parses the `[host]` table.
+fn parse_host_limits(table: &toml::Table) -> Result<HostLimits, Error> {
+    const NAMES: &str =
+        "max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session";
+    let defaults = HostLimits::default();
+    let mut limits = defaults.clone();
+    let positive = |value: &toml::Value| value.as_integer().filter(|n| *n > 0).map(|n| n as u64);
+    // The total first, so the share is clamped to it.
+    if let Some(value) = table.get("max_suspended_runs") {
+        let n = positive(value).unwrap_or(defaults.max_suspended_runs);
+        limits = limits.with_max_suspended_runs(n);
+    }
+    for (name, value) in table {
+        match name.as_str() {
+            "max_suspended_runs" => {}
+            "max_suspended_runs_per_session" => {
+                let n = positive(value).unwrap_or(defaults.max_suspended_runs_per_session);
+                limits = limits.with_max_suspended_runs_per_session(n);
+            }
+            "max_running_cells_per_session" => {
+                let n = positive(value).unwrap_or(defaults.max_running_cells_per_session);
+                limits = limits.with_max_running_cells_per_session(n);
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown key `host.{other}`; known keys: {NAMES}"
+                )))
+            }
+        }
+    }
+    Ok(limits)
+}
+
+/// Caps of the HTTP front end (`quickcell serve --http`, operations.md §2),
+/// set by the `[http]` table. Over a cap a request gets a JSON-RPC error
+/// and nothing already accepted is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Largest request body, in bytes. Default 8 MiB; range 1 KiB–256 MiB.
+    /// A larger body gets HTTP 413 (checked against `Content-Length` before
+    /// it is read, and while it is read otherwise).
+    pub max_body_bytes: u64,
+    /// MCP sessions open at once. Default 1,024; range 1–100,000. An
+    /// `initialize` over the cap gets HTTP 503; open sessions go on.
+    pub max_sessions: u64,
+    /// Seconds an MCP session may go without a request before it is closed.
+    /// Default 1,800 (30 minutes); range 1–86,400. Keep it above
+    /// `snapshot_ttl_seconds` when clients come back to `wait` parked runs
+    /// much later.
+    pub session_idle_seconds: u64,
+    /// Values of the `Origin` header accepted besides loopback origins
+    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`), for
+    /// example `"https://app.example.com"`. Requests without `Origin`
+    /// (non-browser clients) are accepted. Default: none.
+    pub allowed_origins: Vec<String>,
+    /// Host names accepted in the `Host` header besides loopback names and
+    /// the address the server binds. Default: none.
+    pub allowed_hosts: Vec<String>,
+    /// File holding the bearer token every request must carry
+    /// (`--auth-token-file` overrides it; `QUICKCELL_AUTH_TOKEN` is used
+    /// when neither is given). Relative to the configuration file.
+    pub auth_token_file: Option<PathBuf>,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 8 << 20,
+            max_sessions: 1_024,
+            session_idle_seconds: 1_800,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            auth_token_file: None,
+        }
+    }
+}
+
+/// Parses the `[http]` table.
+fn parse_http(table: &toml::Table) -> Result<HttpLimits, Error> {
+    const NAMES: &str = "max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file";
+    let mut http = HttpLimits::default();
+    let defaults = HttpLimits::default();
+    let clamp = |value: &toml::Value, default: u64, min: u64, max: u64| match value.as_integer() {
+        Some(n) if n > 0 => (n as u64).clamp(min, max),
+        _ => default,
+    };
+    let strings = |name: &str, value: &toml::Value| -> Result<Vec<String>, Error> {
+        value
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| Error::Config(format!("`http.{name}` must be an array of strings")))
+    };
+    for (name, value) in table {
+        match name.as_str() {
+            "max_body_bytes" => {
+                http.max_body_bytes = clamp(value, defaults.max_body_bytes, 1 << 10, 256 << 20)
+            }
+            "max_sessions" => http.max_sessions = clamp(value, defaults.max_sessions, 1, 100_000),
+            "session_idle_seconds" => {
+                http.session_idle_seconds = clamp(value, defaults.session_idle_seconds, 1, 86_400)
+            }
+            "allowed_origins" => http.allowed_origins = strings(name, value)?,
+            "allowed_hosts" => http.allowed_hosts = strings(name, value)?,
+            "auth_token_file" => {
+                let path = value.as_str().ok_or_else(|| {
+                    Error::Config("`http.auth_token_file` must be a string".into())
+                })?;
+                http.auth_token_file = Some(PathBuf::from(path));
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown key `http.{other}`; known keys: {NAMES}"
+                )))
+            }
+        }
+    }
+    Ok(http)
+}
+
 /// One limit key: its snake_case config name, range and accessor.
 struct Key {
     name: &'static str,
@@ -244,6 +428,10 @@ impl Limits {
 pub struct Config {
     /// The `[limits]` table.
     pub limits: Limits,
+    /// The `[host]` table: process-wide caps and per-session shares.
+    pub host: HostLimits,
+    /// The `[http]` table: the HTTP front end of `quickcell serve --http`.
+    pub http: HttpLimits,
     /// `[[tools]]`: command tools, in file order.
     pub tools: Vec<CommandToolConfig>,
     /// `[workspace] root`: the directory the built-in `read`, `ls`, `find`
@@ -263,6 +451,13 @@ impl Config {
             Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
             other => other,
         })?;
+        // A relative token file is relative to the config file.
+        if let Some(file) = &config.http.auth_token_file {
+            if file.is_relative() {
+                let base = path.parent().unwrap_or(Path::new("."));
+                config.http.auth_token_file = Some(base.join(file));
+            }
+        }
         // A relative workspace root is relative to the config file.
         if let Some(root) = &config.workspace_root {
             if root.is_relative() {
@@ -291,6 +486,18 @@ impl Config {
                         .as_table()
                         .ok_or_else(|| Error::Config("`limits` must be a table".into()))?;
                     config.limits = parse_limits(limits)?;
+                }
+                "host" => {
+                    let table = value
+                        .as_table()
+                        .ok_or_else(|| Error::Config("`host` must be a table".into()))?;
+                    config.host = parse_host_limits(table)?;
+                }
+                "http" => {
+                    let table = value
+                        .as_table()
+                        .ok_or_else(|| Error::Config("`http` must be a table".into()))?;
+                    config.http = parse_http(table)?;
                 }
                 "tools" => {
                     config.tools = crate::tools::parse_tools(value).map_err(Error::Config)?;
@@ -322,7 +529,7 @@ impl Config {
                 }
                 other => {
                     return Err(Error::Config(format!(
-                        "unknown configuration key `{other}`; known keys: limits, tools, workspace, mcp"
+                        "unknown configuration key `{other}`; known keys: limits, host, http, tools, workspace, mcp"
                     )));
                 }
             }

@@ -16,10 +16,10 @@
 //! under a millisecond instead of compiling it again.
 
 use crate::abi::{self, CellState};
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{anyhow, bail, Context as _, Result};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use wasmtime::{
@@ -285,7 +285,15 @@ fn engine_config() -> Config {
 
 /// Directory of the compiled-module cache: `$QUICKCELL_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/quickcell`, else `$HOME/.cache/quickcell`, else a
-/// `quickcell-cache` directory under the system temp dir.
+/// `quickcell-cache-<uid>` directory under the system temp dir.
+///
+/// The cache holds native code that is loaded without further checks, so
+/// it is trusted only when it cannot have been written by anyone else:
+/// directories quickcell creates are mode 0700 and entries 0600, and an
+/// entry is used only if it and its directory belong to the current user
+/// and neither is writable by group or others (see [`cache_trusted`]).
+/// Anything else is ignored: the module is compiled afresh, and not written
+/// into an untrusted directory.
 pub fn module_cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("QUICKCELL_CACHE_DIR") {
         return PathBuf::from(dir);
@@ -296,7 +304,39 @@ pub fn module_cache_dir() -> PathBuf {
     if let Some(home) = std::env::var_os("HOME") {
         return PathBuf::from(home).join(".cache/quickcell");
     }
-    std::env::temp_dir().join("quickcell-cache")
+    std::env::temp_dir().join(format!(
+        "quickcell-cache-{}",
+        rustix::process::geteuid().as_raw()
+    ))
+}
+
+/// Whether `meta` (of the cache directory or an entry, not following
+/// symbolic links) could only have been written by the current user: owned
+/// by them, no write bit for group or others, and not a symbolic link.
+fn cache_trusted(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    !meta.file_type().is_symlink()
+        && meta.uid() == rustix::process::geteuid().as_raw()
+        && meta.mode() & 0o022 == 0
+}
+
+/// Whether the cache directory `dir` exists and is trusted
+/// ([`cache_trusted`]). A directory of the current user that group or
+/// others may write (a `umask 002` leaves it so) is made 0700 first: files
+/// others put there are not theirs to pass off as ours, since every entry
+/// is checked for its owner and mode too.
+fn cache_dir_trusted(dir: &Path) -> bool {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    let ours = meta.is_dir() && meta.uid() == rustix::process::geteuid().as_raw();
+    if ours && meta.mode() & 0o022 != 0 {
+        tracing::info!(dir = %dir.display(), "making the module cache directory private (0700)");
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        return std::fs::symlink_metadata(dir).is_ok_and(|meta| cache_trusted(&meta));
+    }
+    meta.is_dir() && cache_trusted(&meta)
 }
 
 impl SharedEngine {
@@ -384,15 +424,33 @@ fn cache_key(engine: &Engine) -> String {
         .collect()
 }
 
-fn load_cached(engine: &Engine, path: &PathBuf) -> Option<Module> {
-    if !path.exists() {
+fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let dir = path.parent()?;
+    if !cache_dir_trusted(dir) {
+        if dir.exists() {
+            tracing::warn!(dir = %dir.display(), "ignoring the module cache: its directory is not owned by this user or is writable by others");
+        }
+        return None;
+    }
+    // `O_NOFOLLOW`: the entry itself must not be a link; its metadata is
+    // read from the open file, so it cannot be swapped after the check.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || !cache_trusted(&meta) {
+        tracing::warn!(path = %path.display(), "ignoring a module cache entry that is not a regular file owned by this user and writable only by them");
         return None;
     }
     // SAFETY: the file was written by `store_cached` from `Module::serialize`
     // of this very engine configuration (the key includes Wasmtime's
-    // compatibility hash); Wasmtime re-checks the header and version. The
-    // cache directory must be writable only by the user running quickcell.
-    match unsafe { Module::deserialize_file(engine, path) } {
+    // compatibility hash); Wasmtime re-checks the header and version. It
+    // and its directory belong to this user and nobody else can write them
+    // (checked above on the open file).
+    match unsafe { Module::deserialize_open_file(engine, file) } {
         Ok(module) => Some(module),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "discarding unusable module cache entry");
@@ -402,17 +460,31 @@ fn load_cached(engine: &Engine, path: &PathBuf) -> Option<Module> {
     }
 }
 
-fn store_cached(module: &Module, path: &PathBuf) {
+fn store_cached(module: &Module, path: &Path) {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     let write = || -> Result<()> {
         let bytes = module.serialize().map_err(|e| anyhow!("{e}"))?;
         let dir = path.parent().context("cache path has no parent")?;
-        std::fs::create_dir_all(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        if !cache_dir_trusted(dir) {
+            bail!("the directory is not owned by this user or is writable by others");
+        }
         let tmp = dir.join(format!(
             ".tmp-{}-{}",
             std::process::id(),
             uuid::Uuid::new_v4()
         ));
-        std::fs::write(&tmp, bytes)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&bytes)?;
+        drop(file);
         std::fs::rename(&tmp, path)?;
         Ok(())
     };

@@ -65,7 +65,7 @@ mod source;
 mod state;
 pub mod tools;
 
-pub use config::{Config, Fuel, Limits, DEFAULT_FUEL};
+pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL};
 pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
@@ -76,7 +76,8 @@ pub use result::{
     WaitReason, Waiting,
 };
 pub use runs::MAX_SUSPENDED_RUNS;
-pub use runtime::{Runtime, RuntimeBuilder, ServeMode};
+pub use runtime::{HttpOptions, Runtime, RuntimeBuilder, ServeMode};
+pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 pub use state::{Owner, STATE_FILE};
 
 /// The tool catalog and Tool Search (the `quickcell-catalog` crate).
@@ -140,6 +141,99 @@ pub mod testing {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         false
+    }
+
+    /// Fuzz targets: each takes arbitrary input and checks the invariants
+    /// of one parser or cutter that sees hostile bytes (no panic, results
+    /// within their bounds). `tests/all/fuzz.rs` drives them with `bolero`.
+    pub mod fuzz {
+        use crate::bridge::{Bridge, CellTools, SessionAccess};
+        use std::sync::Arc;
+
+        /// The source check on any text: a verdict, never a panic.
+        pub fn source_check(source: &str) {
+            let _ = crate::source::prepare_source(source, &|word| word == "tool");
+        }
+
+        /// The output cutter and the guest-JSON projection on any text as a
+        /// value, an error and an output entry, under `budget`.
+        pub fn output_fit(text: &str, budget: u16) {
+            let budget = usize::from(budget);
+            let fitted = crate::output::fit_to_budget(budget, Vec::new(), Some(text), None);
+            if let Ok(fitted) = fitted {
+                assert!(fitted.used_bytes <= budget, "value over budget");
+            }
+            let fitted = crate::output::fit_to_budget(budget, Vec::new(), None, Some(text));
+            if let Ok(fitted) = fitted {
+                assert!(fitted.used_bytes <= budget, "error over budget");
+                let error = fitted.error.unwrap_or_default();
+                assert!(
+                    text.starts_with(error.trim_end_matches(crate::output::ERROR_TRUNCATED_SUFFIX))
+                );
+            }
+            if let Some(marker) = crate::output::truncation_marker(text, budget) {
+                assert!(
+                    crate::output::json_len(&marker) <= budget,
+                    "marker over budget"
+                );
+            }
+            let _ = crate::output::parse_guest_json(text);
+            let mut buffer = crate::channel::OutputBuffer::new(budget);
+            buffer.push_raw(text.as_bytes());
+            buffer.push_raw(text.as_bytes());
+            let entries = buffer.to_values();
+            let _ = crate::output::fit_to_budget(budget, entries, Some("null"), None);
+        }
+
+        /// One bridge request with any method and argument text, dispatched
+        /// by a bridge over an empty catalog with a session: it settles,
+        /// and never panics.
+        pub fn bridge_request(method: &str, args_json: &str) {
+            thread_local! {
+                static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+            }
+            let registry = crate::ToolRegistry::new();
+            let tools = Arc::new(CellTools::new(registry.catalog(), &registry));
+            let state: Arc<dyn crate::state::StateStore> =
+                Arc::new(crate::state::MemoryStateStore::default());
+            RUNTIME.with(|rt| {
+                rt.block_on(async {
+                    let mut bridge = Bridge::new(tools, 4, false)
+                        .with_reply_inbox(1 << 20)
+                        .with_session(SessionAccess {
+                            state,
+                            owner: crate::Owner {
+                                agent_run: "fuzz".into(),
+                                session: "fuzz".into(),
+                            },
+                        });
+                    let request = crate::abi::BridgeRequest {
+                        id: 1,
+                        method: method.to_string(),
+                        args_json: Arc::from(args_json),
+                        oversized_args: None,
+                        over_outstanding_cap: false,
+                    };
+                    if bridge.accept(vec![request], 0).is_err() {
+                        return;
+                    }
+                    // Timers and yields do not settle at once; anything else
+                    // settles within the first batch or two.
+                    if method == "yield" || method == "sleep" {
+                        return;
+                    }
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                    let settled = bridge.next_batch(Some(deadline)).await.unwrap_or_default();
+                    assert!(
+                        settled.iter().all(|s| s.id == 1),
+                        "a settlement of another id"
+                    );
+                });
+            });
+        }
     }
 
     /// Checks the guest's module shape (one mutable global, fixed table,

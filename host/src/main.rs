@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use quickcell::{
-    CellResult, Config, ExecInput, Owner, Runtime, ServeMode, ToolRegistry, WaitInput,
+    CellResult, Config, ExecInput, HttpOptions, Owner, Runtime, ServeMode, ToolRegistry, WaitInput,
 };
 use std::io::Read;
 use std::path::PathBuf;
@@ -114,6 +114,12 @@ struct ServeArgs {
     /// (tool_search, tool_describe and tool_call, no cells).
     #[arg(long, value_enum, default_value_t = ServeModeArg::Code)]
     mode: ServeModeArg,
+    /// With --http: every request must carry `Authorization: Bearer
+    /// <token>` with the token in this file (default: `[http]
+    /// auth_token_file`, else the QUICKCELL_AUTH_TOKEN variable). Required
+    /// for a non-loopback address.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    auth_token_file: Option<PathBuf>,
     #[command(flatten)]
     catalog: CatalogArgs,
     #[command(flatten)]
@@ -234,6 +240,7 @@ async fn build_runtime(
     let (config, registry) = load(catalog).map_err(usage_error)?;
     let mut builder = Runtime::builder()
         .limits(config.limits)
+        .host_limits(config.host)
         .tools(registry)
         .mcp_servers(config.mcp_servers);
     if let Some(state) = state {
@@ -264,16 +271,31 @@ async fn report(runtime: &Runtime, result: CellResult) -> ExitCode {
     exit_status(&result)
 }
 
+/// Reads a cell's source from a file or standard input (`-`), at most one
+/// byte more than [`quickcell::MAX_SOURCE_BYTES`]: a longer source is a
+/// usage error, and the rest is never read.
 fn read_source(path: &std::path::Path) -> Result<String, ExitCode> {
-    if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .map_err(|e| usage_error(format!("cannot read standard input: {e}")))?;
-        return Ok(s);
+    let limit = quickcell::MAX_SOURCE_BYTES as u64 + 1;
+    let (reader, shown): (Box<dyn Read>, String) = if path.as_os_str() == "-" {
+        (Box::new(std::io::stdin()), "standard input".to_string())
+    } else {
+        let file = std::fs::File::open(path)
+            .map_err(|e| usage_error(format!("cannot read {}: {e}", path.display())))?;
+        (Box::new(file), path.display().to_string())
+    };
+    let mut bytes = Vec::new();
+    reader
+        .take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(|e| usage_error(format!("cannot read {shown}: {e}")))?;
+    if bytes.len() as u64 >= limit {
+        return Err(usage_error(format!(
+            "the source in {shown} is over {} bytes, the most a cell may have",
+            quickcell::MAX_SOURCE_BYTES
+        )));
     }
-    std::fs::read_to_string(path)
-        .map_err(|e| usage_error(format!("cannot read {}: {e}", path.display())))
+    String::from_utf8(bytes)
+        .map_err(|e| usage_error(format!("cannot read {shown}: not UTF-8 text: {e}")))
 }
 
 async fn exec(args: ExecArgs) -> ExitCode {
@@ -364,7 +386,39 @@ async fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The HTTP front end's options: `[http]` from the config, the token from
+/// `--auth-token-file`, `[http] auth_token_file` or `QUICKCELL_AUTH_TOKEN`.
+fn http_options(args: &ServeArgs) -> Result<HttpOptions, String> {
+    let (config, _) = load(&args.catalog)?;
+    let file = args
+        .auth_token_file
+        .clone()
+        .or_else(|| config.http.auth_token_file.clone());
+    let auth_token = match file {
+        Some(file) => Some(HttpOptions::token_from_file(&file)?),
+        None => std::env::var("QUICKCELL_AUTH_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty()),
+    };
+    Ok(HttpOptions {
+        limits: config.http,
+        auth_token,
+    })
+}
+
 async fn serve(args: ServeArgs) -> ExitCode {
+    let options = match args.http.map(|_| http_options(&args)).transpose() {
+        Ok(options) => options.unwrap_or_default(),
+        Err(e) => return usage_error(e),
+    };
+    if let Some(addr) = args.http {
+        if options.auth_token.is_none() && !addr.ip().is_loopback() {
+            return usage_error(format!(
+                "refusing to serve on {addr} without authentication: a non-loopback address is reachable by others. Give a token with --auth-token-file FILE (or QUICKCELL_AUTH_TOKEN), or bind a loopback address such as 127.0.0.1"
+            ));
+        }
+    }
     let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
@@ -374,7 +428,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         ServeModeArg::Tools => ServeMode::Tools,
     };
     let served = match args.http {
-        Some(addr) => runtime.serve_mcp_http(addr, mode).await,
+        Some(addr) => runtime.serve_mcp_http(addr, mode, options).await,
         None => runtime.serve_mcp_stdio(mode).await,
     };
     match served {

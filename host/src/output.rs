@@ -126,10 +126,22 @@ pub fn fit_to_budget(
     value_json: Option<&str>,
     error: Option<&str>,
 ) -> Result<Fitted, FitError> {
-    let value = value_json.map(canonical_value).transpose()?;
+    // A value whose text is over twice the budget cannot fit in any form
+    // (canonical text is at least half as long as the guest's: the most it
+    // shrinks is a lone-surrogate escape, 6 bytes, becoming U+FFFD, 3), so
+    // it is never parsed: its marker is cut from the guest's text. This
+    // keeps a huge value from becoming a huge tree on the host.
+    let value = match value_json {
+        Some(text) if text.len() > budget.saturating_mul(2) => Some(ValueText::Unparsed(text)),
+        Some(text) => {
+            let (value, canonical) = canonical_value(text)?;
+            Some(ValueText::Parsed(value, canonical))
+        }
+        None => None,
+    };
     let entry_lens: Vec<usize> = output.iter().map(json_len).collect();
     let o: usize = entry_lens.iter().sum();
-    let v = value.as_ref().map_or(0, |(_, text)| text.len());
+    let v = value.as_ref().map_or(0, ValueText::len);
 
     // 1. Error.
     let (error, used_error, error_truncated) = match error {
@@ -161,10 +173,12 @@ pub fn fit_to_budget(
     let value_allowance = r - used_output;
     let (value, used_value, value_truncated) = match value {
         None => (None, 0, false),
-        Some((value, text)) if text.len() <= value_allowance => (Some(value), text.len(), false),
-        Some((_, text)) => {
-            let marker =
-                truncation_marker(&text, value_allowance).ok_or(FitError::OutputLimitExceeded)?;
+        Some(ValueText::Parsed(value, text)) if text.len() <= value_allowance => {
+            (Some(value), text.len(), false)
+        }
+        Some(value) => {
+            let marker = truncation_marker(value.text(), value_allowance)
+                .ok_or(FitError::OutputLimitExceeded)?;
             let len = json_len(&marker);
             (Some(marker), len, true)
         }
@@ -181,6 +195,26 @@ pub fn fit_to_budget(
         value_truncated,
         error_truncated,
     })
+}
+
+/// A value to fit: parsed, with its canonical text, or (too large to fit
+/// in any form) the guest's text alone.
+enum ValueText<'a> {
+    Parsed(Value, String),
+    Unparsed(&'a str),
+}
+
+impl ValueText<'_> {
+    fn text(&self) -> &str {
+        match self {
+            Self::Parsed(_, text) => text,
+            Self::Unparsed(text) => text,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.text().len()
+    }
 }
 
 /// The longest prefix of `s` of at most `max_bytes` bytes that ends on a
@@ -310,25 +344,41 @@ fn json_atoms(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
 }
 
 /// Length of the escape sequence at the start of `s` (which starts with `\`).
+///
+/// Works on bytes: `s` comes from the guest and may hold any text after the
+/// backslash (multi-byte characters included), so nothing here slices `s`
+/// at an offset that was not checked to be a character boundary.
 fn escape_len(s: &str) -> usize {
     let bytes = s.as_bytes();
     match bytes.get(1) {
-        Some(b'u') if s.len() >= 6 && s.is_char_boundary(6) => {
-            let high = u16::from_str_radix(&s[2..6], 16).ok();
-            let pair = s.len() >= 12
-                && s.is_char_boundary(12)
-                && high.is_some_and(|h| (0xD800..0xDC00).contains(&h))
-                && &s[6..8] == "\\u"
-                && u16::from_str_radix(&s[8..12], 16).is_ok_and(|l| (0xDC00..0xE000).contains(&l));
-            if pair {
-                12
-            } else {
-                6
+        Some(b'u') => match hex_unit(bytes, 2) {
+            Some(high) => {
+                let pair = (0xD800..0xDC00).contains(&high)
+                    && bytes.get(6..8) == Some(b"\\u".as_slice())
+                    && hex_unit(bytes, 8).is_some_and(|low| (0xDC00..0xE000).contains(&low));
+                if pair {
+                    12
+                } else {
+                    6
+                }
             }
-        }
+            // `\u` without four hex digits (not JSON): the backslash and
+            // the `u` alone.
+            None => 2,
+        },
         Some(_) => 1 + s[1..].chars().next().map_or(0, char::len_utf8),
         None => 1,
     }
+}
+
+/// The UTF-16 unit spelled by `bytes[at..at + 4]`, if those are four ASCII
+/// hex digits.
+fn hex_unit(bytes: &[u8], at: usize) -> Option<u16> {
+    let digits = bytes.get(at..at.checked_add(4)?)?;
+    digits.iter().try_fold(0u16, |unit, &b| {
+        let digit = (b as char).to_digit(16)? as u16;
+        Some(unit << 4 | digit)
+    })
 }
 
 /// Cuts `error` to fit `allowance` bytes as a JSON string (see module docs).
@@ -856,5 +906,40 @@ mod tests {
                 "{code:#x}"
             );
         }
+    }
+
+    /// Guest JSON with lone surrogate escapes next to multi-byte characters
+    /// (the cutter once sliced inside a character here and panicked).
+    #[test]
+    fn lone_surrogates_beside_multibyte_characters_never_panic() {
+        let texts = [
+            r#""\ud800€€""#,
+            r#""\udc00€€""#,
+            r#""€\ud800€""#,
+            r#""\ud83d€""#,
+            r#""\ud83d\u€""#,
+            r#""\ud83d\ude00€\ud800""#,
+            r#""\u€€€€€""#,
+            r#"["\ud800€€",{"k\udfff€":"\ud800😀😀"}]"#,
+        ];
+        for text in texts {
+            for budget in 0..96 {
+                let fitted = fit_to_budget(budget, vec![], Some(text), None);
+                if let Ok(fitted) = fitted {
+                    assert!(fitted.used_bytes <= budget, "{text} at {budget}");
+                }
+            }
+            // The raw text as an item, too (a marker's prefix is cut in it).
+            for allowance in 0..96 {
+                if let Some(marker) = truncation_marker(text, allowance) {
+                    assert!(json_len(&marker) <= allowance, "{text} at {allowance}");
+                }
+            }
+            let _ = parse_guest_json(text);
+        }
+        assert_eq!(
+            parse_guest_json(r#""\ud800€€""#).unwrap(),
+            json!("\u{fffd}€€")
+        );
     }
 }

@@ -12,13 +12,22 @@
 //!
 //! # Slots
 //!
-//! [`MAX_SUSPENDED_RUNS`] runs may hold a slot at once: runs held by the
-//! store (parked or being resumed, by any process sharing it) plus cells of
-//! this process that have dispatched host work and not parked yet. A cell
-//! takes its slot just before its first dispatch; a cell that never calls
-//! the host takes none.
+//! `max_suspended_runs` runs ([`HostLimits`], default
+//! [`MAX_SUSPENDED_RUNS`]) may hold a slot at once: runs held by the store
+//! (parked or being resumed, by any process sharing it) plus cells of this
+//! process that have dispatched host work and not parked yet; one session
+//! may hold at most `max_suspended_runs_per_session` of them. A cell takes
+//! its slot just before its first dispatch; a cell that never calls the
+//! host takes none.
+//!
+//! # Running cells
+//!
+//! A session may have at most `max_running_cells_per_session` cells in an
+//! `exec` or `wait` of this runtime at once ([`RunRegistry::start_cell`]),
+//! so that one tenant cannot take every pool instance.
 
 use crate::bridge::{unix_ms, Bridge};
+use crate::config::HostLimits;
 use crate::state::StateStore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,45 +50,134 @@ enum LiveRun {
     Idle(Box<Bridge>),
 }
 
+/// Why a slot could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SlotRefused {
+    /// Every slot of the runtime is held.
+    Full,
+    /// The session holds its whole share.
+    SessionShare,
+}
+
+impl SlotRefused {
+    /// The model-facing error (the contract's slot error, with the share
+    /// named when it is the session's).
+    pub(crate) fn message(self, limits: &HostLimits) -> String {
+        match self {
+            Self::Full => "too many suspended code mode runs.".to_string(),
+            Self::SessionShare => format!(
+                "too many suspended code mode runs for this session ({} of {} slots). Wait or finish parked runs of this session first.",
+                limits.max_suspended_runs_per_session, limits.max_suspended_runs
+            ),
+        }
+    }
+}
+
 /// Slots, live bridges and the state store of one runtime.
 pub(crate) struct RunRegistry {
     pub store: Arc<dyn StateStore>,
+    pub limits: HostLimits,
     live: Mutex<HashMap<String, LiveRun>>,
     /// Cells of this process holding a slot without a stored run.
     running: AtomicUsize,
+    /// The same, per session.
+    running_by_session: Mutex<HashMap<String, usize>>,
+    /// Cells of this process in an `exec` or `wait`, per session.
+    active_by_session: Mutex<HashMap<String, usize>>,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
 /// is its stored row).
 pub(crate) struct SlotGuard {
     registry: Arc<RunRegistry>,
+    session: String,
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.registry.running.fetch_sub(1, Ordering::SeqCst);
+        release(&self.registry.running_by_session, &self.session);
+    }
+}
+
+/// A cell of a session in progress (`exec` or `wait`); released on drop.
+pub(crate) struct ActiveCell {
+    registry: Arc<RunRegistry>,
+    session: String,
+}
+
+impl Drop for ActiveCell {
+    fn drop(&mut self) {
+        release(&self.registry.active_by_session, &self.session);
+    }
+}
+
+/// Counts one more for `session` if it holds fewer than `max`.
+fn acquire(counts: &Mutex<HashMap<String, usize>>, session: &str, max: u64) -> bool {
+    let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+    let held = counts.entry(session.to_string()).or_insert(0);
+    if *held as u64 >= max {
+        return false;
+    }
+    *held += 1;
+    true
+}
+
+/// Counts one less for `session`, forgetting sessions that hold none.
+fn release(counts: &Mutex<HashMap<String, usize>>, session: &str) {
+    let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(held) = counts.get_mut(session) {
+        *held = held.saturating_sub(1);
+        if *held == 0 {
+            counts.remove(session);
+        }
     }
 }
 
 impl RunRegistry {
-    pub(crate) fn new(store: Arc<dyn StateStore>) -> Self {
+    pub(crate) fn new(store: Arc<dyn StateStore>, limits: HostLimits) -> Self {
         Self {
             store,
+            limits,
             live: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
+            running_by_session: Mutex::new(HashMap::new()),
+            active_by_session: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Admits one more running cell of `session`, or `None` when the
+    /// session already runs `max_running_cells_per_session`.
+    pub(crate) fn start_cell(self: &Arc<Self>, session: &str) -> Option<ActiveCell> {
+        acquire(
+            &self.active_by_session,
+            session,
+            self.limits.max_running_cells_per_session,
+        )
+        .then(|| ActiveCell {
+            registry: self.clone(),
+            session: session.to_string(),
+        })
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a slot for a cell about to dispatch its first request, or
-    /// `None` when all are taken.
-    pub(crate) fn take_slot(self: &Arc<Self>) -> anyhow::Result<Option<SlotGuard>> {
+    /// Takes a slot for a cell of `session` about to dispatch its first
+    /// request, or says why it cannot: all slots are held, or the session
+    /// holds its share.
+    pub(crate) fn take_slot(
+        self: &Arc<Self>,
+        session: &str,
+    ) -> anyhow::Result<Result<SlotGuard, SlotRefused>> {
+        if !acquire(&self.running_by_session, session, u64::MAX) {
+            return Ok(Err(SlotRefused::SessionShare));
+        }
         let held = self.running.fetch_add(1, Ordering::SeqCst);
         let guard = SlotGuard {
             registry: self.clone(),
+            session: session.to_string(),
         };
         let now = unix_ms();
         for expired in self.store.purge_expired(now)? {
@@ -87,10 +185,22 @@ impl RunRegistry {
             self.live().remove(&expired);
         }
         let stored = self.store.count_runs()?;
-        if held + stored >= MAX_SUSPENDED_RUNS {
-            return Ok(None);
+        if (held + stored) as u64 >= self.limits.max_suspended_runs {
+            return Ok(Err(SlotRefused::Full));
         }
-        Ok(Some(guard))
+        let session_held = self
+            .running_by_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .copied()
+            .unwrap_or(1)
+            - 1;
+        let session_stored = self.store.count_session_runs(session)?;
+        if (session_held + session_stored) as u64 >= self.limits.max_suspended_runs_per_session {
+            return Ok(Err(SlotRefused::SessionShare));
+        }
+        Ok(Ok(guard))
     }
 
     /// Keeps a parked run's bridge. With a shared store a drainer task

@@ -2,7 +2,7 @@
 
 use crate::bridge::CellTools;
 use crate::cell::{self, CellEnv};
-use crate::config::Limits;
+use crate::config::{HostLimits, Limits};
 use crate::engine::{self, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
@@ -10,11 +10,27 @@ use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::runs::RunRegistry;
-pub use crate::serve::ServeMode;
+pub use crate::serve::{HttpOptions, ServeMode};
 use crate::state::{MemoryStateStore, SqliteStateStore, StateStore};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Runs `call` to its end, or `None` if it panicked: a panic in one cell's
+/// host code ends that cell (the caller turns it into its
+/// `internal_error`), never the process or other cells. The cell's store,
+/// bridge and slot are dropped as the panic unwinds.
+async fn caught<T, F: std::future::Future<Output = T>>(call: F) -> Option<T> {
+    let mut call = std::pin::pin!(call);
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(result)) => std::task::Poll::Ready(Some(result)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(_) => std::task::Poll::Ready(None),
+        }
+    })
+    .await
+}
 
 /// Builds a [`Runtime`].
 ///
@@ -25,6 +41,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeBuilder {
     limits: Limits,
+    host_limits: HostLimits,
     tools: ToolRegistry,
     mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
@@ -34,6 +51,13 @@ impl RuntimeBuilder {
     /// Uses these limits for every call.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Uses these process-wide caps and per-session shares (suspended-run
+    /// slots, running cells; see [`HostLimits`]).
+    pub fn host_limits(mut self, limits: HostLimits) -> Self {
+        self.host_limits = limits;
         self
     }
 
@@ -89,7 +113,7 @@ impl RuntimeBuilder {
             ),
             None => Arc::new(MemoryStateStore::default()),
         };
-        let runs = Arc::new(RunRegistry::new(store));
+        let runs = Arc::new(RunRegistry::new(store, self.host_limits));
         let (mcp, connected) = McpClients::start(std::mem::take(&mut self.mcp_servers)).await;
         for server in connected {
             for tool in server.tools {
@@ -209,7 +233,22 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
         let telemetry = || self.telemetry();
-        self.with_outage(cell::exec(&self.env(&telemetry), &input).await)
+        let Some(_active) = self.runs.start_cell(&input.owner.session) else {
+            return self.with_outage(cell::input_failure(
+                self.too_many_running(),
+                self.telemetry(),
+            ));
+        };
+        let result = caught(cell::exec(&self.env(&telemetry), &input)).await;
+        self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
+    }
+
+    /// The error of a call over `max_running_cells_per_session`.
+    fn too_many_running(&self) -> String {
+        format!(
+            "too many running code mode cells for this session (at most {} at once). Wait for a running cell to finish, then try again.",
+            self.runs.limits.max_running_cells_per_session
+        )
     }
 
     /// Resumes a parked cell (`wait`): restores its snapshot into a fresh
@@ -218,7 +257,14 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
         let telemetry = || self.telemetry();
-        self.with_outage(cell::wait(&self.env(&telemetry), &input).await)
+        let Some(_active) = self.runs.start_cell(&input.owner.session) else {
+            return self.with_outage(cell::input_failure(
+                self.too_many_running(),
+                self.telemetry(),
+            ));
+        };
+        let result = caught(cell::wait(&self.env(&telemetry), &input)).await;
+        self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
@@ -430,14 +476,31 @@ impl Runtime {
 
     /// Serves MCP (the tools `mode` names) over streamable HTTP at
     /// `http://ADDR/mcp` until the process ends. Each MCP session is its
-    /// own scope.
+    /// own scope. `options` sets the bearer token and the body, session and
+    /// idle caps (operations.md §2); a non-loopback `addr` needs a token.
     pub async fn serve_mcp_http(
         self: Arc<Self>,
         addr: std::net::SocketAddr,
         mode: ServeMode,
+        options: crate::serve::HttpOptions,
     ) -> Result<(), Error> {
-        crate::serve::serve_http(self, addr, mode)
+        crate::serve::serve_http(self, addr, mode, options)
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("MCP over HTTP: {e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_cell_future_is_caught() {
+        let panicking = async {
+            tokio::task::yield_now().await;
+            panic!("host bug");
+        };
+        assert!(caught::<(), _>(panicking).await.is_none());
+        assert_eq!(caught(async { 7 }).await, Some(7));
     }
 }

@@ -94,6 +94,10 @@
 //! `const r = require` passes here and fails at run time with the same
 //! message (contract §7, last paragraph).
 
+mod nesting;
+
+pub use nesting::MAX_SOURCE_NESTING;
+
 use std::collections::HashSet;
 
 use oxc_allocator::Allocator;
@@ -123,9 +127,45 @@ pub const WRAPPER_SUFFIX: &str = "\n})";
 /// Unicode scalar values.
 pub const MAX_PARSER_MESSAGE_CHARS: usize = 240;
 
+/// Largest cell source, in bytes of UTF-8. Unit: bytes; scope: one cell
+/// (`code`); 256 KiB. A longer source is rejected with `invalid_input`
+/// before it is parsed. Model-written cells are a few kilobytes (256 KiB is
+/// some 64,000 tokens of code); data belongs in tool results, not in
+/// source. The cap also bounds the source check's stack (below).
+pub const MAX_SOURCE_BYTES: usize = 256 << 10;
+
+/// Sources longer than this, in bytes, are checked at most
+/// [`MAX_LARGE_SOURCE_CHECKS`] at a time in the process: a hostile one can
+/// make the check touch up to ~1.6 KiB of stack per byte while it runs.
+pub(crate) const LARGE_SOURCE_BYTES: usize = 16 << 10;
+
+/// Large sources ([`LARGE_SOURCE_BYTES`]) checked at once, process-wide.
+pub(crate) const MAX_LARGE_SOURCE_CHECKS: usize = 2;
+
+/// Native stack the source check may use per byte of source, on top of
+/// [`CHECK_STACK_BASE_BYTES`]. The parser and the syntax-tree visitors
+/// recurse once per nesting level, and a level takes at least one byte, so
+/// a stack of `base + len × this` holds any source however it nests. The
+/// heaviest shapes measured (nested parentheses and arrays, one byte per
+/// level) touch about 1.6 KiB per level, stack and syntax tree together
+/// (`measure: cargo test --lib` with a throwaway probe, see
+/// `docs/hardening.md`). The stack is reserved, not committed: honest
+/// sources touch a few pages of it.
+const CHECK_STACK_BYTES_PER_SOURCE_BYTE: usize = 4096;
+
+/// Native stack every source check gets, whatever its length.
+const CHECK_STACK_BASE_BYTES: usize = 1 << 20;
+
 /// Why a cell's source was refused before any guest code ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceRejection {
+    /// The source is longer than [`MAX_SOURCE_BYTES`].
+    TooLarge {
+        /// The source's length in bytes.
+        bytes: usize,
+    },
+    /// The source's brackets nest deeper than [`MAX_SOURCE_NESTING`].
+    TooDeep,
     /// The source looks like a shell command line, not JavaScript.
     ShellShaped,
     /// The wrapped source does not parse as JavaScript.
@@ -146,6 +186,12 @@ impl SourceRejection {
     /// The exact model-facing text of the contract's message catalogue.
     pub fn message(&self) -> String {
         match self {
+            Self::TooLarge { bytes } => format!(
+                "code mode source is {bytes} bytes; at most {MAX_SOURCE_BYTES} bytes are accepted. Keep the program short and get data from tools instead of writing it into the source."
+            ),
+            Self::TooDeep => format!(
+                "code mode source nests brackets more than {MAX_SOURCE_NESTING} levels deep. No tools were dispatched; flatten the nesting (build deep data in a loop) and submit it again."
+            ),
             Self::ShellShaped => SHELL_SOURCE_MESSAGE.to_owned(),
             Self::Syntax {
                 line,
@@ -192,9 +238,34 @@ pub fn prepare_source(
     source: &str,
     is_global: &dyn Fn(&str) -> bool,
 ) -> Result<String, SourceRejection> {
-    let allocator = Allocator::default();
-    let ret = check(&allocator, source, is_global)?;
-    Ok(cell_function(source, &ret.program))
+    bounded(source, || {
+        let allocator = Allocator::default();
+        let ret = check(&allocator, source, is_global)?;
+        Ok(cell_function(source, &ret.program))
+    })
+}
+
+/// Runs `f` (which parses `source` and walks its syntax tree) if the source
+/// is within [`MAX_SOURCE_BYTES`] and [`MAX_SOURCE_NESTING`], on a stack
+/// large enough for any such source (see [`check_stack_bytes`]).
+fn bounded<T>(
+    source: &str,
+    f: impl FnOnce() -> Result<T, SourceRejection>,
+) -> Result<T, SourceRejection> {
+    if source.len() > MAX_SOURCE_BYTES {
+        return Err(SourceRejection::TooLarge {
+            bytes: source.len(),
+        });
+    }
+    if nesting::max_nesting(source, MAX_SOURCE_NESTING) > MAX_SOURCE_NESTING {
+        return Err(SourceRejection::TooDeep);
+    }
+    stacker::grow(check_stack_bytes(source.len()), f)
+}
+
+/// The native stack the check of a `len`-byte source runs on.
+fn check_stack_bytes(len: usize) -> usize {
+    CHECK_STACK_BASE_BYTES + len.saturating_mul(CHECK_STACK_BYTES_PER_SOURCE_BYTE)
 }
 
 /// [`prepare_source`]'s checks alone, with no extra globals.
@@ -210,8 +281,10 @@ fn validate_source_with_globals(
     source: &str,
     known_globals: &[&str],
 ) -> Result<(), SourceRejection> {
-    let allocator = Allocator::default();
-    check(&allocator, source, &|word| known_globals.contains(&word)).map(|_| ())
+    bounded(source, || {
+        let allocator = Allocator::default();
+        check(&allocator, source, &|word| known_globals.contains(&word)).map(|_| ())
+    })
 }
 
 /// Runs the three checks; returns the parse of the wrapped source.
@@ -339,8 +412,9 @@ fn wrapper_arrow<'p, 'a>(
 /// inside the kept function it would name that function's own arguments.
 fn top_level_bindings<'a>(body: &FunctionBody<'a>) -> Vec<&'a str> {
     let mut names: Vec<&'a str> = Vec::new();
+    let mut seen: HashSet<&'a str> = HashSet::new();
     let mut add = |name: &'a str| {
-        if name != "arguments" && !names.contains(&name) {
+        if name != "arguments" && seen.insert(name) {
             names.push(name);
         }
     };
@@ -371,14 +445,30 @@ fn top_level_bindings<'a>(body: &FunctionBody<'a>) -> Vec<&'a str> {
 
 /// `base`, or `base` with the smallest numeric suffix, that does not occur
 /// in `source`.
+///
+/// One pass: the suffixes that occur (`base` followed by digits) are
+/// collected, and the smallest missing one is taken, so a source full of
+/// `__qcKeep1 __qcKeep2 …` costs linear time, not one scan per name.
 fn unused_name(source: &str, base: &str) -> String {
-    let mut name = base.to_string();
-    let mut n = 0u32;
-    while source.contains(name.as_str()) {
-        n += 1;
-        name = format!("{base}{n}");
+    let mut taken_plain = false;
+    let mut taken: HashSet<u64> = HashSet::new();
+    for (at, _) in source.match_indices(base) {
+        let rest = &source[at + base.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        // `base` followed by digits also contains `base1`…`base<prefix>`
+        // for each prefix of the digits.
+        taken_plain = true;
+        let mut n = 0u64;
+        for b in rest.as_bytes()[..digits.min(19)].iter() {
+            n = n * 10 + u64::from(b - b'0');
+            taken.insert(n);
+        }
     }
-    name
+    if !taken_plain {
+        return base.to_string();
+    }
+    let n = (1..).find(|n| !taken.contains(n)).unwrap_or(0);
+    format!("{base}{n}")
 }
 
 fn parse_options() -> ParseOptions {

@@ -94,6 +94,8 @@ pub(crate) trait StateStore: Send + Sync {
     /// Number of runs held (parked or resuming). Callers remove expired
     /// runs first ([`StateStore::purge_expired`]).
     fn count_runs(&self) -> anyhow::Result<usize>;
+    /// Number of runs of `session` held (parked or resuming).
+    fn count_session_runs(&self, session: &str) -> anyhow::Result<usize>;
     /// Removes runs expired at `now_ms` and claims abandoned before it;
     /// returns their ids.
     fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>>;
@@ -147,6 +149,7 @@ CREATE TABLE IF NOT EXISTS runs (
     claimed_until_ms INTEGER,
     snapshot BLOB NOT NULL
 );
+CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session);
 CREATE TABLE IF NOT EXISTS session_store (
     session TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -174,10 +177,29 @@ impl SqliteStateStore {
     pub(crate) fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
         let conn = match dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    anyhow::anyhow!("cannot create the state directory {}: {e}", dir.display())
-                })?;
+                use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+                // Parked heaps and session values are tenants' data: what
+                // quickcell creates is readable by its user alone.
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot create the state directory {}: {e}", dir.display())
+                    })?;
                 let path = dir.join(STATE_FILE);
+                // Created 0600 before SQLite opens it; SQLite gives its
+                // `-wal` and `-shm` files the database file's mode.
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot create the state store {}: {e}", path.display())
+                    })?;
                 let conn = Connection::open(&path).map_err(|e| {
                     anyhow::anyhow!("cannot open the state store {}: {e}", path.display())
                 })?;
@@ -344,6 +366,15 @@ impl StateStore for SqliteStateStore {
         let n: i64 = self
             .conn()
             .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))?;
+        Ok(n as usize)
+    }
+
+    fn count_session_runs(&self, session: &str) -> anyhow::Result<usize> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COUNT(*) FROM runs WHERE session = ?1",
+            params![session],
+            |r| r.get(0),
+        )?;
         Ok(n as usize)
     }
 
@@ -582,6 +613,14 @@ impl StateStore for MemoryStateStore {
 
     fn count_runs(&self) -> anyhow::Result<usize> {
         Ok(self.runs().len())
+    }
+
+    fn count_session_runs(&self, session: &str) -> anyhow::Result<usize> {
+        Ok(self
+            .runs()
+            .values()
+            .filter(|e| e.run.owner.session == session)
+            .count())
     }
 
     fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>> {

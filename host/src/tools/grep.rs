@@ -4,7 +4,8 @@ use super::args::Args;
 use super::find::{entry_cap_notice, NameGlob};
 use super::walk::{walk, End, Flow, Kind};
 use super::workspace::{
-    cancelled, cut_at_char_boundary, io_error, looks_binary, run_blocking, RelPath, Workspace,
+    cancelled, cut_at_char_boundary, io_error, looks_binary, open_for_reading, run_blocking,
+    special_file_error, RelPath, Workspace,
 };
 use super::{async_trait, CancelSignal, Tool, ToolError};
 use regex::bytes::{Regex, RegexBuilder};
@@ -167,9 +168,12 @@ impl Search {
         } else {
             Some(ws.dir().metadata(rel.fs_path()).map_err(io)?)
         };
-        if let Some(meta) = meta.filter(|m| !m.is_dir()) {
+        if meta.is_some_and(|m| !m.is_dir()) {
             // A single file: searched whatever its name (no glob filter).
-            let file = ws.dir().open(rel.fs_path()).map_err(io)?;
+            let (file, meta) = open_for_reading(ws.dir(), rel.fs_path()).map_err(io)?;
+            if !meta.is_file() {
+                return Err(special_file_error(NAME, &shown));
+            }
             self.file(file, meta.len(), &shown);
             return Ok(End::Complete);
         }
@@ -178,12 +182,14 @@ impl Search {
             if entry.kind != Kind::File || glob.is_some_and(|g| !g.matches(entry)) {
                 return Flow::Continue;
             }
-            let Ok(file) = entry.dir.open(entry.os_name) else {
+            // Never a FIFO or device, even one swapped in since the
+            // directory was listed.
+            let Ok((file, meta)) = open_for_reading(entry.dir, entry.os_name) else {
                 return Flow::Continue;
             };
-            let Ok(meta) = file.metadata() else {
+            if !meta.is_file() {
                 return Flow::Continue;
-            };
+            }
             self.file(file, meta.len(), &rel.join_display(entry.sub))
         });
         if end == End::Cancelled {

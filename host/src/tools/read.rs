@@ -116,11 +116,14 @@ fn read_page(
             "{NAME}: `.` is a directory; use ls to list it"
         )));
     }
-    let file = ws.dir().open(rel.fs_path()).map_err(io)?;
-    if file.metadata().map_err(io)?.is_dir() {
+    let (file, meta) = super::workspace::open_for_reading(ws.dir(), rel.fs_path()).map_err(io)?;
+    if meta.is_dir() {
         return Err(ToolError::tool(format!(
             "{NAME}: `{shown}` is a directory; use ls to list it"
         )));
+    }
+    if !meta.is_file() {
+        return Err(super::workspace::special_file_error(NAME, &shown));
     }
     let mut prefix = Vec::with_capacity(BINARY_SNIFF_BYTES);
     let mut file = file;

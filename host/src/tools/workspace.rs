@@ -160,6 +160,34 @@ impl Workspace {
     }
 }
 
+/// Opens `path` under `dir` for reading without ever blocking in `open()`:
+/// with `O_NONBLOCK`, a FIFO with no writer, a terminal or a device opens
+/// (or fails) at once instead of waiting. Returns the file and its metadata;
+/// callers refuse anything that is not a regular file
+/// ([`special_file_error`]), so the non-blocking flag never changes how a
+/// file they read behaves (reads of regular files ignore it).
+pub(crate) fn open_for_reading(
+    dir: &Dir,
+    path: impl AsRef<Path>,
+) -> io::Result<(cap_std::fs::File, cap_std::fs::Metadata)> {
+    use cap_std::fs::OpenOptionsExt as _;
+    let mut options = cap_std::fs::OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY).bits() as i32);
+    let file = dir.open_with(path, &options)?;
+    let meta = file.metadata()?;
+    Ok((file, meta))
+}
+
+/// The error for a path that names a FIFO, socket or device: the workspace
+/// tools read regular files only.
+pub(crate) fn special_file_error(tool: &str, shown: &str) -> ToolError {
+    ToolError::tool(format!(
+        "{tool}: `{shown}` is not a regular file (a FIFO, socket or device); {tool} reads regular files only"
+    ))
+}
+
 /// The built-in workspace tools over `root`, in the order `read`, `ls`,
 /// `find`, `grep`. Fails if `root` is not a directory.
 pub fn workspace_tools(root: &Path) -> Result<Vec<Arc<dyn Tool>>, String> {
