@@ -283,7 +283,16 @@ async fn twelve_cells_in_parallel_each_return_their_own_value() {
         let rt = rt.clone();
         handles.push(tokio::spawn(async move {
             let code = format!("let s = 0; for (let k = 0; k < 20000; k++) s += k; text('cell {i}'); return {{ i: {i}, s }};");
-            (i, rt.exec(ExecInput::new("parallel", code)).await)
+            // One session per cell: a session runs at most 4 cells at once.
+            let owner = quickcell::Owner {
+                agent_run: String::new(),
+                session: format!("tenant-{i}"),
+            };
+            (
+                i,
+                rt.exec(ExecInput::new("parallel", code).with_owner(owner))
+                    .await,
+            )
         }));
     }
     for h in handles {

@@ -190,12 +190,17 @@ async fn a_run_within_its_ttl_resumes() {
 #[tokio::test]
 async fn slot_cap_refuses_the_sixty_fifth_run() {
     let rt = runtime(Limits::default()).await;
+    // Spread over sessions: one session may hold 16 of the 64 slots.
+    let session = |i: usize| Owner {
+        agent_run: String::new(),
+        session: format!("tenant-{}", i % 8),
+    };
     let mut ids = Vec::new();
-    for _ in 0..MAX_SUSPENDED_RUNS {
+    for i in 0..MAX_SUSPENDED_RUNS {
         let r = rt
-            .exec(exec("await yield_control(); return 'parked';"))
+            .exec(exec("await yield_control(); return 'parked';").with_owner(session(i)))
             .await;
-        ids.push(waiting(&r).run_id.clone());
+        ids.push((waiting(&r).run_id.clone(), session(i)));
     }
     let r = rt
         .exec(exec("await yield_control(); return 'one too many';"))
@@ -207,8 +212,12 @@ async fn slot_cap_refuses_the_sixty_fifth_run() {
     // A cell that never calls the host needs no slot.
     assert_eq!(value(&rt.exec(exec("return 2;")).await), json!(2));
     // Finishing one run frees its slot.
+    let (first, owner) = &ids[0];
     assert_eq!(
-        value(&rt.wait(WaitInput::new(&ids[0])).await),
+        value(
+            &rt.wait(WaitInput::new(first).with_owner(owner.clone()))
+                .await
+        ),
         json!("parked")
     );
     let r = rt.exec(exec("await yield_control(); return 'fits';")).await;
