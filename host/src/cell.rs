@@ -674,7 +674,13 @@ impl LiveCell {
         let run_id = self.run_id.clone().unwrap_or_else(new_run_id);
         let output = std::mem::take(&mut self.store.data_mut().output);
         let budget = self.max_output.saturating_sub(self.delivered);
-        let fitted = match output::fit_to_budget(budget, output.to_values(), None, None) {
+        let fitted = match output::fit_to_budget_with_dropped(
+            budget,
+            output.to_values(),
+            None,
+            None,
+            output.stand_in_shortfall(),
+        ) {
             Ok(f) => f,
             Err(e) => {
                 return self.end(
@@ -687,13 +693,7 @@ impl LiveCell {
                 )
             }
         };
-        let mut delivered_output = fitted.output;
-        let shortfall = output.stand_in_shortfall();
-        if shortfall > 0 && fitted.output_truncated {
-            if let Some(marker) = delivered_output.last_mut().and_then(|e| e.get_mut("value")) {
-                count_dropped_output(marker, shortfall);
-            }
-        }
+        let delivered_output = fitted.output;
         let parked_unix_ms = unix_ms();
         let host = HostState {
             run_id: run_id.clone(),
@@ -885,7 +885,7 @@ impl AutoReference<'_> {
         if !original.starts_with(['[', '{']) {
             return;
         }
-        let used_output: usize = completed.output.iter().map(output::json_len).sum();
+        let used_output = output::output_len(&completed.output);
         let allowance = budget.saturating_sub(used_output);
         let not_retained =
             |guidance: &str| output::truncation_marker_with_guidance(original, allowance, guidance);
@@ -1137,28 +1137,24 @@ fn finish(
         Ending::Completed { value_json } => (Some(value_json.as_str()), None),
         Ending::Failed { error, .. } => (None, Some(error.as_str())),
     };
-    let mut fitted = match output::fit_to_budget(budget, entries, value_json, error) {
-        Ok(f) => f,
-        Err(e) => {
-            return CellResult::Failed(Failed {
-                mcp_outage: Default::default(),
-                untrusted_source: None,
-                error: format!("code mode output limit exceeded: {e}"),
-                code: ErrorCode::OutputLimitExceeded,
-                output: Vec::new(),
-                telemetry,
-                failure_phase: FailurePhase::Host,
-                bridge_dispatch_started: false,
-                replay_safe: None,
-            })
-        }
-    };
     let shortfall = output.stand_in_shortfall();
-    if shortfall > 0 && fitted.output_truncated {
-        if let Some(marker) = fitted.output.last_mut().and_then(|e| e.get_mut("value")) {
-            count_dropped_output(marker, shortfall);
-        }
-    }
+    let fitted =
+        match output::fit_to_budget_with_dropped(budget, entries, value_json, error, shortfall) {
+            Ok(f) => f,
+            Err(e) => {
+                return CellResult::Failed(Failed {
+                    mcp_outage: Default::default(),
+                    untrusted_source: None,
+                    error: format!("code mode output limit exceeded: {e}"),
+                    code: ErrorCode::OutputLimitExceeded,
+                    output: Vec::new(),
+                    telemetry,
+                    failure_phase: FailurePhase::Host,
+                    bridge_dispatch_started: false,
+                    replay_safe: None,
+                })
+            }
+        };
     match ending {
         Ending::Completed { .. } => CellResult::Completed(Completed {
             mcp_outage: Default::default(),
@@ -1181,22 +1177,4 @@ fn finish(
             replay_safe: None,
         }),
     }
-}
-
-/// Adds output the host dropped at its buffer cap to a summary marker's
-/// `omittedBytes`, shortening the marker's `prefix` by as many bytes as the
-/// larger number adds, so the marker's size does not change.
-fn count_dropped_output(marker: &mut Value, shortfall: usize) {
-    let Some(old) = marker.get("omittedBytes").and_then(Value::as_u64) else {
-        return;
-    };
-    let new = old + shortfall as u64;
-    let growth = new.to_string().len() - old.to_string().len();
-    if let Some(Value::String(prefix)) = marker.get_mut("prefix") {
-        let target = output::json_string_len(prefix).saturating_sub(growth);
-        while output::json_string_len(prefix) > target {
-            prefix.pop();
-        }
-    }
-    marker["omittedBytes"] = Value::from(new);
 }

@@ -11,9 +11,10 @@
 //! Everything is measured in UTF-8 bytes of compact JSON as `serde_json`
 //! writes it (contract §0):
 //!
-//! - `O` = the sum, over the undelivered entries, of each entry's compact JSON
-//!   (`{"type":"text","text":"…"}`); the array's brackets and commas are not
-//!   counted. No entries → `O = 0`.
+//! - `O` = the compact JSON of the list of undelivered entries, as the
+//!   result carries it: each entry (`{"type":"text","text":"…"}`), the
+//!   commas between them and the brackets. No entries → `O = 0` (an empty
+//!   list costs nothing).
 //! - `V` = the value's compact JSON. The value arrives as JSON text; it is
 //!   parsed and re-serialized so that `V` is exactly what the caller will
 //!   emit (e.g. `1e+21` becomes `1e21`). JavaScript's well-formed
@@ -126,6 +127,25 @@ pub fn fit_to_budget(
     value_json: Option<&str>,
     error: Option<&str>,
 ) -> Result<Fitted, FitError> {
+    fit_to_budget_with_dropped(budget, output, value_json, error, 0)
+}
+
+/// [`fit_to_budget`] for output of which the host already dropped
+/// `dropped_bytes` beyond the entries given (its buffer keeps at most the
+/// budget; see `channel::OutputBuffer`): a summary marker counts them in its
+/// `omittedBytes`, sized for the larger number from the start, so the
+/// result never grows past the budget afterwards.
+///
+/// # Errors
+///
+/// As [`fit_to_budget`].
+pub fn fit_to_budget_with_dropped(
+    budget: usize,
+    output: Vec<Value>,
+    value_json: Option<&str>,
+    error: Option<&str>,
+    dropped_bytes: usize,
+) -> Result<Fitted, FitError> {
     // A value whose text is over twice the budget cannot fit in any form
     // (canonical text is at least half as long as the guest's: the most it
     // shrinks is a lone-surrogate escape, 6 bytes, becoming U+FFFD, 3), so
@@ -140,7 +160,7 @@ pub fn fit_to_budget(
         None => None,
     };
     let entry_lens: Vec<usize> = output.iter().map(json_len).collect();
-    let o: usize = entry_lens.iter().sum();
+    let o = list_len(entry_lens.iter().sum(), entry_lens.len());
     let v = value.as_ref().map_or(0, ValueText::len);
 
     // 1. Error.
@@ -165,7 +185,7 @@ pub fn fit_to_budget(
     let (output, used_output, output_truncated) = if o <= output_allowance {
         (output, o, false)
     } else {
-        let (kept, used) = summarize_output(output, &entry_lens, output_allowance);
+        let (kept, used) = summarize_output(output, &entry_lens, output_allowance, dropped_bytes);
         (kept, used, true)
     };
 
@@ -245,12 +265,23 @@ pub fn truncation_marker_with_guidance(
     allowance: usize,
     guidance: &str,
 ) -> Option<Value> {
+    marker_counting(item_json, allowance, guidance, 0)
+}
+
+/// A truncation marker whose `omittedBytes` also counts `extra` bytes that
+/// are not in `item_json` (output the host already dropped).
+fn marker_counting(
+    item_json: &str,
+    allowance: usize,
+    guidance: &str,
+    extra: usize,
+) -> Option<Value> {
     let marker = |omitted: usize, prefix: &str| {
         let mut m = marker(omitted, prefix);
         m["guidance"] = Value::String(guidance.to_string());
         m
     };
-    let total = item_json.len();
+    let total = item_json.len().saturating_add(extra);
     // Marker bytes without the digits of omittedBytes and the prefix text.
     let base = json_len(&marker(0, "")) - 1;
     let fits = |prefix_bytes: usize, escaped: usize| {
@@ -408,57 +439,84 @@ fn truncate_error(error: &str, allowance: usize) -> Option<String> {
     Some(cut)
 }
 
+/// Bytes of a list of output entries as a result carries it (0 when empty).
+pub(crate) fn output_len(entries: &[Value]) -> usize {
+    list_len(entries.iter().map(json_len).sum(), entries.len())
+}
+
+/// Bytes of the compact JSON list of entries whose own sizes sum to `sum`:
+/// the entries, a comma between each two, and the brackets — or nothing
+/// for no entries (contract §10: an empty list costs nothing).
+fn list_len(sum: usize, count: usize) -> usize {
+    if count == 0 {
+        0
+    } else {
+        sum + count + 1
+    }
+}
+
 /// Keeps leading entries and summarizes the rest in one marker entry.
-/// Returns the entries and their total size.
+/// Returns the entries and the size of their JSON list ([`list_len`]).
 fn summarize_output(
     mut output: Vec<Value>,
     lens: &[usize],
     allowance: usize,
+    dropped_bytes: usize,
 ) -> (Vec<Value>, usize) {
-    let base = json_len(&marker(0, "")) - 1 + JSON_ENTRY_OVERHEAD;
+    // The marker entry with an empty prefix and a one-digit count, its
+    // separator and the list's closing bracket.
+    let base = json_len(&marker(0, "")) - 1 + JSON_ENTRY_OVERHEAD + 2;
     let n = lens.len();
     // Size of the JSON array text of entries k.. : sum + brackets + commas.
     let mut suffix_sums = vec![0usize; n + 1];
     for k in (0..n).rev() {
         suffix_sums[k] = suffix_sums[k + 1] + lens[k];
     }
-    let rest_text_len = |k: usize| suffix_sums[k] + 2 + (n - k).saturating_sub(1);
-    let mut kept_sum = 0;
+    let rest_text_len = |k: usize| suffix_sums[k] + 2 + (n - k).saturating_sub(1) + dropped_bytes;
+    // Kept entries cost their size and one byte each (`[` or a comma).
+    let mut kept_cost = 0;
     let mut best_k = None;
     for (k, &len) in lens.iter().enumerate() {
-        if kept_sum + base + digits(rest_text_len(k)) <= allowance {
+        if kept_cost + base + digits(rest_text_len(k)) <= allowance {
             best_k = Some(k);
         }
-        kept_sum += len;
-        if kept_sum > allowance {
+        kept_cost += len + 1;
+        if kept_cost > allowance {
             break;
         }
     }
     let Some(k) = best_k else {
         // Not even a marker fits: keep whole leading entries that fit.
-        let mut used = 0;
+        let mut cost = 1;
         let keep = lens
             .iter()
             .take_while(|&&len| {
-                used += len;
-                used <= allowance
+                cost += len + 1;
+                cost <= allowance
             })
             .count();
         output.truncate(keep);
-        let used = lens[..keep].iter().sum();
+        let used = list_len(lens[..keep].iter().sum(), keep);
         return (output, used);
     };
     let rest = output.split_off(k);
     let kept_len: usize = lens[..k].iter().sum();
     let rest_text = serde_json::to_string(&Value::Array(rest)).unwrap_or_default();
-    let marker_allowance = allowance - kept_len - JSON_ENTRY_OVERHEAD;
-    if let Some(marker) = truncation_marker(&rest_text, marker_allowance) {
+    // What the marker entry leaves: the kept entries with their separators,
+    // its own separator, the closing bracket and its `{"type":"json",…}`.
+    let marker_allowance = allowance - (kept_len + k) - 2 - JSON_ENTRY_OVERHEAD;
+    if let Some(marker) = marker_counting(
+        &rest_text,
+        marker_allowance,
+        TRUNCATION_GUIDANCE,
+        dropped_bytes,
+    ) {
         let entry = json!({ "type": "json", "value": marker });
-        let used = kept_len + json_len(&entry);
+        let used = list_len(kept_len + json_len(&entry), k + 1);
         output.push(entry);
         (output, used)
     } else {
-        (output, kept_len)
+        (output, list_len(kept_len, k))
     }
 }
 
@@ -513,7 +571,7 @@ mod tests {
     }
 
     fn total(fitted: &Fitted) -> usize {
-        fitted.output.iter().map(json_len).sum::<usize>()
+        output_len(&fitted.output)
             + fitted.value.as_ref().map_or(0, json_len)
             + fitted.error.as_deref().map_or(0, json_string_len)
     }
@@ -580,7 +638,9 @@ mod tests {
     #[test]
     fn output_exact_fit_and_one_byte_over() {
         let output = vec![text_entry(&"a".repeat(200)), text_entry(&"b".repeat(200))];
-        let o: usize = output.iter().map(json_len).sum();
+        // The list as the result carries it: entries, a comma, brackets.
+        let o = output_len(&output);
+        assert_eq!(o, serde_json::to_string(&output).unwrap().len());
         let fitted = fit_to_budget(o, output.clone(), None, None).unwrap();
         assert!(!fitted.output_truncated);
         assert_eq!(fitted.output, output);
@@ -776,7 +836,7 @@ mod tests {
         assert_eq!(fitted.error.as_deref(), Some("Error: x"));
         let r = 4096 - json_string_len("Error: x");
         // Output gets R − min(V, R/2) = R − R/2; the value gets the rest.
-        let used_output: usize = fitted.output.iter().map(json_len).sum();
+        let used_output = output_len(&fitted.output);
         assert!(used_output <= r - r / 2);
         assert!(fitted.used_bytes <= 4096);
         assert!(

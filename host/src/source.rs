@@ -153,8 +153,9 @@ pub(crate) const MAX_LARGE_SOURCE_CHECKS: usize = 2;
 /// sources touch a few pages of it.
 const CHECK_STACK_BYTES_PER_SOURCE_BYTE: usize = 4096;
 
-/// Native stack every source check gets, whatever its length.
-const CHECK_STACK_BASE_BYTES: usize = 1 << 20;
+/// Native stack every source check gets, whatever its length (the
+/// parser's and visitors' own frames for code that hardly nests).
+const CHECK_STACK_BASE_BYTES: usize = 256 << 10;
 
 /// Why a cell's source was refused before any guest code ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,7 +261,10 @@ fn bounded<T>(
     if nesting::max_nesting(source, MAX_SOURCE_NESTING) > MAX_SOURCE_NESTING {
         return Err(SourceRejection::TooDeep);
     }
-    stacker::grow(check_stack_bytes(source.len()), f)
+    // Runs on the caller's stack when enough of it is left (short sources),
+    // else on a fresh stack of that size.
+    let needed = check_stack_bytes(source.len());
+    stacker::maybe_grow(needed, needed, f)
 }
 
 /// The native stack the check of a `len`-byte source runs on.

@@ -203,16 +203,17 @@ async fn output_never_exceeds_the_budget() {
         "for (let i = 0; i < 200000; i++) text(String(i)); return 1;",
         "for (let i = 0; i < 50000; i++) json({i}); return 'v'.repeat(40000);",
         "for (let i = 0; i < 3000; i++) text('€'.repeat(50)); return null;",
+        "for (let i = 0; i < 200000; i++) text('x'.repeat(100)); return 1;",
     ];
     for code in cases {
         let r = exec_bounded(&rt, code).await;
         let j = json(&r);
-        let output: usize = j["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e.to_string().len())
-            .sum();
+        // The output list as the result carries it: entries, commas and
+        // brackets (an empty list costs nothing).
+        let output = match j["output"].as_array().unwrap().len() {
+            0 => 0,
+            _ => j["output"].to_string().len(),
+        };
         let v = j.get("value").map_or(0, |v| v.to_string().len());
         let e = j.get("error").map_or(0, |e| e.to_string().len());
         assert!(
@@ -653,4 +654,84 @@ fn a_module_cache_others_could_write_is_ignored() {
     let stderr = exec_with_cache(&loose);
     assert!(stderr.contains("ignoring a module cache entry"), "{stderr}");
     let _ = std::fs::remove_dir_all(&base);
+}
+
+// ---------------------------------------------------------------------------
+// The same cases under `quickcell serve`, over stdio and HTTP
+// ---------------------------------------------------------------------------
+
+/// Hostile cells one after another on one MCP connection, then an ordinary
+/// one; every call gets a clean result and the server keeps serving.
+fn hostile_steps() -> Value {
+    let cells = [
+        format!("return {}1{};", "[".repeat(200_000), "]".repeat(200_000)),
+        format!("return {}1{};", "(".repeat(40_000), ")".repeat(40_000)),
+        format!("if (1) /`/; return {}1{};", "(".repeat(60_000), ")".repeat(60_000)),
+        r#"return "\ud800€€";"#.to_string(),
+        "for (let i = 0; i < 200000; i++) text('x'.repeat(100)); return 1;".to_string(),
+        "function loop() { return Promise.resolve().then(loop); } loop(); await new Promise(() => {});".to_string(),
+        "return 6 * 7;".to_string(),
+    ];
+    Value::Array(
+        cells
+            .iter()
+            .map(|code| json!({"op": "call_tool", "name": "exec", "args": {"title": "hostile", "code": code}}))
+            .collect(),
+    )
+}
+
+fn assert_hostile_results(out: &[Value]) {
+    assert_eq!(out.len(), 7, "{out:?}");
+    for (i, step) in out[..6].iter().enumerate() {
+        let r = crate::mcp::result(step);
+        assert!(
+            r["status"] == "failed" || r["status"] == "completed",
+            "{step}"
+        );
+        // The hidden brackets reach QuickJS, which refuses them itself.
+        if i != 2 {
+            assert_ne!(r["code"], "internal_error", "{step}");
+        }
+    }
+    assert_eq!(crate::mcp::result(&out[0])["code"], "invalid_input");
+    assert_eq!(crate::mcp::result(&out[1])["code"], "invalid_input");
+    assert_eq!(crate::mcp::result(&out[3])["status"], "completed");
+    assert_eq!(crate::mcp::result(&out[6])["value"], 42);
+}
+
+#[test]
+fn hostile_cells_under_serve_over_stdio() {
+    let state = std::env::temp_dir().join(format!("quickcell-hostile-{}", uuid::Uuid::new_v4()));
+    let out = crate::mcp::run(
+        hostile_steps(),
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/hostile.toml"),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ],
+    );
+    assert_hostile_results(&out);
+}
+
+#[test]
+fn hostile_cells_under_serve_over_http() {
+    let state = std::env::temp_dir().join(format!("quickcell-hostile-{}", uuid::Uuid::new_v4()));
+    let server = crate::mcp::HttpServer::spawn(|port| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+        command
+            .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+            .args([
+                "--config",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/hostile.toml"),
+            ])
+            .arg("--state-dir")
+            .arg(&state);
+        command
+    });
+    let out = crate::mcp::run(hostile_steps(), &["--http", &server.url]);
+    assert_hostile_results(&out);
 }

