@@ -735,3 +735,72 @@ fn hostile_cells_under_serve_over_http() {
     let out = crate::mcp::run(hostile_steps(), &["--http", &server.url]);
     assert_hostile_results(&out);
 }
+
+/// A tool that returns `bytes` bytes of JSON string, however it is called.
+struct Huge {
+    bytes: usize,
+}
+
+#[quickcell::tools::async_trait]
+impl quickcell::tools::Tool for Huge {
+    fn name(&self) -> &str {
+        "huge"
+    }
+    fn description(&self) -> &str {
+        "Returns a very large result"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(
+        &self,
+        _args: Value,
+        _cancel: quickcell::tools::CancelSignal,
+    ) -> Result<Value, quickcell::tools::ToolError> {
+        Ok(Value::String("h".repeat(self.bytes)))
+    }
+}
+
+#[tokio::test]
+async fn huge_tool_results_reject_the_call_not_the_host() {
+    let mut registry = quickcell::ToolRegistry::new();
+    registry
+        .add(std::sync::Arc::new(Huge { bytes: 40 << 20 }))
+        .unwrap();
+    // Reply inbox: min(64 MiB, 10 MiB) = 10 MiB; each result is 40 MB.
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let code = r#"
+        const settled = await Promise.allSettled(Array.from({length: 8}, () => huge({})));
+        return settled.map(s => s.status === "rejected" ? s.reason.code : "delivered");
+    "#;
+    let r = exec_bounded(&rt, code).await;
+    assert_eq!(value(&r), json!(vec!["tool_error"; 8]), "{}", r.to_json());
+    still_works(&rt).await;
+
+    // Obeyed: a result within the inbox is delivered.
+    let mut registry = quickcell::ToolRegistry::new();
+    registry
+        .add(std::sync::Arc::new(Huge { bytes: 1 << 20 }))
+        .unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let r = exec_bounded(&rt, "return (await huge({})).length;").await;
+    assert_eq!(value(&r), json!(1 << 20));
+}
+
+#[tokio::test]
+async fn a_flood_of_cleared_timers_is_bounded() {
+    let rt = runtime(Limits::default()).await;
+    // 200,000 cancellations of ids that name nothing, in one guest run,
+    // then a real timer that is cleared and one that fires.
+    let code = r#"
+        for (let i = 0; i < 200000; i++) clearTimeout(i);
+        const t = setTimeout(() => text("never"), 50);
+        clearTimeout(t);
+        await new Promise(r => setTimeout(r, 20));
+        return "done";
+    "#;
+    let r = exec_bounded(&rt, code).await;
+    assert_eq!(value(&r), json!("done"), "{}", r.to_json());
+    assert!(crate::texts(&r).is_empty());
+    still_works(&rt).await;
+}

@@ -583,7 +583,6 @@ fn fuzz_guest_surfaces() {
     ];
     bolero::check!()
         .with_type::<(String, u8, String, Vec<(String, u8)>)>()
-        .with_iterations(2_000)
         .for_each(|(query, limit, name, fields)| {
             // Search with arbitrary text and limits.
             let hits = c.guest_search(&p, query, Some(&json!(*limit as i64 - 20)));
