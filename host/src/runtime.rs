@@ -233,22 +233,28 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
         let telemetry = || self.telemetry();
-        let Some(_active) = self.runs.start_cell(&input.owner.session) else {
-            return self.with_outage(cell::input_failure(
-                self.too_many_running(),
-                self.telemetry(),
-            ));
-        };
-        let result = caught(cell::exec(&self.env(&telemetry), &input)).await;
-        self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
+        let env = self.env(&telemetry);
+        self.admitted(&input.owner.session, cell::exec(&env, &input))
+            .await
     }
 
-    /// The error of a call over `max_running_cells_per_session`.
-    fn too_many_running(&self) -> String {
-        format!(
-            "too many running code mode cells for this session (at most {} at once). Wait for a running cell to finish, then try again.",
-            self.runs.limits.max_running_cells_per_session
-        )
+    /// Runs `call` (a cell of `session`) if the session is within its
+    /// share of running cells, with a panic in its host code turned into
+    /// that cell's `internal_error`.
+    async fn admitted(
+        &self,
+        session: &str,
+        call: impl std::future::Future<Output = CellResult>,
+    ) -> CellResult {
+        let Some(_active) = self.runs.start_cell(session) else {
+            let error = format!(
+                "too many running code mode cells for this session (at most {} at once). Wait for a running cell to finish, then try again.",
+                self.runs.limits.max_running_cells_per_session
+            );
+            return self.with_outage(cell::input_failure(error, self.telemetry()));
+        };
+        let result = caught(call).await;
+        self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
     }
 
     /// Resumes a parked cell (`wait`): restores its snapshot into a fresh
@@ -257,14 +263,9 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
         let telemetry = || self.telemetry();
-        let Some(_active) = self.runs.start_cell(&input.owner.session) else {
-            return self.with_outage(cell::input_failure(
-                self.too_many_running(),
-                self.telemetry(),
-            ));
-        };
-        let result = caught(cell::wait(&self.env(&telemetry), &input)).await;
-        self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
+        let env = self.env(&telemetry);
+        self.admitted(&input.owner.session, cell::wait(&env, &input))
+            .await
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
