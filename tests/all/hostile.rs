@@ -496,6 +496,7 @@ fn sixty_concurrent_loads_of_a_saved_value_stay_small() {
         return [ref.bytes > 2000000, lengths.length, lengths.every(n => n === 150000)];
     "#;
     let (result, peak) = exec_measured(BIG_LIMITS, code);
+    eprintln!("sixty loads of a saved value: peak RSS {} MiB", peak >> 20);
     assert_eq!(result["value"], json!([true, 60, true]), "{result}");
     assert!(
         peak < 1_500 << 20,
@@ -506,18 +507,20 @@ fn sixty_concurrent_loads_of_a_saved_value_stay_small() {
 
 #[test]
 fn a_huge_completed_value_is_not_parsed_on_the_host() {
-    // A 300 MB value against a 64 KiB output budget.
+    // A 210 MB value (15 million references to one small object) against
+    // a 64 KiB output budget.
     let code = r#"
         const row = {a: 1, b: "x"};
         return Array.from({length: 15000000}, () => row);
     "#;
     let config = "[limits]\nmemory_limit_bytes = 1073741824\ntimeout_ms = 60000\nfuel = false\n";
     let (result, peak) = exec_measured(config, code);
+    eprintln!("a 210 MB completed value: peak RSS {} MiB", peak >> 20);
     assert_eq!(result["status"], "completed", "{result}");
     assert_eq!(result["value"]["truncated"], json!(true), "{result}");
     assert!(
         peak < 2_500 << 20,
-        "peak RSS {} MiB for a 300 MB value",
+        "peak RSS {} MiB for a 210 MB value",
         peak >> 20
     );
 }
