@@ -325,11 +325,14 @@ async fn restore(
         })
     };
     let restore_started = Instant::now();
-    let snapshot = snapshot::decode(
-        &claimed.snapshot,
-        crate::engine::guest_hash(),
-        crate::engine::POOL_MAX_MEMORY_BYTES,
-    )
+    // A snapshot can claim no more memory than this runtime would let the
+    // cell have: the decoder's bounds (and what a forged one can make it
+    // decompress) follow the tenant's limits, not the pool's maximum.
+    let ceiling = env
+        .limits
+        .linear_memory_cap(env.shared.initial_memory_bytes)
+        .min(crate::engine::POOL_MAX_MEMORY_BYTES);
+    let snapshot = snapshot::decode(&claimed.snapshot, crate::engine::guest_hash(), ceiling)
     .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
