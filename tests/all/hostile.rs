@@ -306,7 +306,7 @@ async fn one_session_runs_at_most_its_share_of_cells() {
             .await
             .unwrap(),
     );
-    let slow = "await new Promise(r => setTimeout(r, 1500)); return 'slow';";
+    let slow = "await new Promise(r => setTimeout(r, 4000)); return 'slow';";
     let mut running = Vec::new();
     for _ in 0..2 {
         let rt = rt.clone();
@@ -315,7 +315,8 @@ async fn one_session_runs_at_most_its_share_of_cells() {
                 .await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Time for both to be admitted (they wait on a timer for seconds).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     // Violated: a third cell of the session, while two run.
     let r = rt
         .exec(ExecInput::new("third", "return 3").with_owner(owner("busy")))
