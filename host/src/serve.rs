@@ -670,6 +670,7 @@ pub(crate) async fn serve_http<S: CellService>(
         limits,
         bind: addr,
         sessions,
+        opening: std::sync::atomic::AtomicUsize::new(0),
     });
     let app = axum::Router::new()
         .route_service("/mcp", mcp)
@@ -699,6 +700,8 @@ struct Guard {
     /// The address the server is bound to (its name is an accepted `Host`).
     bind: SocketAddr,
     sessions: Arc<LocalSessionManager>,
+    /// Requests without a session id in progress (each may open one).
+    opening: std::sync::atomic::AtomicUsize,
 }
 
 fn token_digest(token: &str) -> [u8; 32] {
@@ -852,8 +855,12 @@ async fn guard(
     let new_session =
         request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
     if new_session {
+        // Requests that may be creating a session right now count too, so
+        // concurrent `initialize`s cannot overshoot the cap.
+        let opening = guard.opening.fetch_add(1, Ordering::AcqRel);
+        let _opening = Opening(&guard.opening);
         let open = guard.sessions.sessions.read().await.len();
-        if open as u64 >= guard.limits.max_sessions {
+        if (open + opening) as u64 >= guard.limits.max_sessions {
             return json_rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Value::Null,
@@ -864,8 +871,18 @@ async fn guard(
                 ),
             );
         }
+        return next.run(request).await;
     }
     next.run(request).await
+}
+
+/// One request that may be opening a session; counted down on drop.
+struct Opening<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// HTTP 413 with a JSON-RPC error.
