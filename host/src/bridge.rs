@@ -664,8 +664,10 @@ impl Bridge {
     /// the guest is not taking replies (a parked cell), requests stay
     /// queued instead of piling up more replies on the host.
     fn pump(&mut self) {
+        // With nothing waiting, requests always start (whatever the inbox
+        // was set to), so a cell can never stall with work queued.
         while self.in_flight.len() < self.max_in_flight
-            && self.ready_bytes() < self.reply_inbox_bytes
+            && (self.ready.is_empty() || self.ready_bytes() < self.reply_inbox_bytes)
         {
             let Some(request) = self.queued.pop_front() else {
                 break;
