@@ -333,7 +333,7 @@ async fn restore(
         .linear_memory_cap(env.shared.initial_memory_bytes)
         .min(crate::engine::POOL_MAX_MEMORY_BYTES);
     let snapshot = snapshot::decode(&claimed.snapshot, crate::engine::guest_hash(), ceiling)
-    .map_err(|e| unusable(e.to_string()))?;
+        .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
     if host.run_id != run_id {

@@ -73,6 +73,10 @@ impl Default for Limits {
     }
 }
 
+/// Runs that may hold a suspended-run slot at once by default (contract §6;
+/// [`HostLimits::max_suspended_runs`] changes it).
+pub const MAX_SUSPENDED_RUNS: usize = 64;
+
 /// Process-wide caps of a runtime and each session's share of them
 /// (operations.md §1.5): what one tenant may hold of what all tenants
 /// share. The `[host]` table of the configuration file sets them, with the
@@ -101,7 +105,7 @@ pub struct HostLimits {
 impl Default for HostLimits {
     fn default() -> Self {
         Self {
-            max_suspended_runs: crate::runs::MAX_SUSPENDED_RUNS as u64,
+            max_suspended_runs: MAX_SUSPENDED_RUNS as u64,
             max_suspended_runs_per_session: 16,
             max_running_cells_per_session: 4,
         }

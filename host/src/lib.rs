@@ -65,7 +65,7 @@ mod source;
 mod state;
 pub mod tools;
 
-pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL};
+pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX_SUSPENDED_RUNS};
 pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
@@ -75,7 +75,6 @@ pub use result::{
     CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
     WaitReason, Waiting,
 };
-pub use runs::MAX_SUSPENDED_RUNS;
 pub use runtime::{HttpOptions, Runtime, RuntimeBuilder, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 pub use state::{Owner, STATE_FILE};

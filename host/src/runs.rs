@@ -28,15 +28,14 @@
 
 use crate::bridge::{unix_ms, Bridge};
 use crate::config::HostLimits;
+#[cfg(doc)]
+use crate::config::MAX_SUSPENDED_RUNS;
 use crate::state::StateStore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// Runs that may hold a slot at once (contract §6).
-pub const MAX_SUSPENDED_RUNS: usize = 64;
 
 /// A parked run's bridge, owned by its drainer or idle.
 enum LiveRun {
