@@ -238,6 +238,15 @@ async fn build_runtime(
     state: Option<&StateArgs>,
 ) -> Result<Runtime, ExitCode> {
     let (config, registry) = load(catalog).map_err(usage_error)?;
+    runtime_from(config, registry, state).await
+}
+
+/// Builds the runtime from a loaded configuration and tool registry.
+async fn runtime_from(
+    config: Config,
+    registry: ToolRegistry,
+    state: Option<&StateArgs>,
+) -> Result<Runtime, ExitCode> {
     let mut builder = Runtime::builder()
         .limits(config.limits)
         .host_limits(config.host)
@@ -388,8 +397,7 @@ async fn run(args: RunArgs) -> ExitCode {
 
 /// The HTTP front end's options: `[http]` from the config, the token from
 /// `--auth-token-file`, `[http] auth_token_file` or `QUICKCELL_AUTH_TOKEN`.
-fn http_options(args: &ServeArgs) -> Result<HttpOptions, String> {
-    let (config, _) = load(&args.catalog)?;
+fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String> {
     let file = args
         .auth_token_file
         .clone()
@@ -402,24 +410,26 @@ fn http_options(args: &ServeArgs) -> Result<HttpOptions, String> {
             .filter(|t| !t.is_empty()),
     };
     Ok(HttpOptions {
-        limits: config.http,
+        limits: config.http.clone(),
         auth_token,
     })
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
-    let options = match args.http.map(|_| http_options(&args)).transpose() {
+    let (config, registry) = match load(&args.catalog) {
+        Ok(loaded) => loaded,
+        Err(e) => return usage_error(e),
+    };
+    let options = match args.http.map(|_| http_options(&args, &config)).transpose() {
         Ok(options) => options.unwrap_or_default(),
         Err(e) => return usage_error(e),
     };
-    if let Some(addr) = args.http {
-        if options.auth_token.is_none() && !addr.ip().is_loopback() {
-            return usage_error(format!(
-                "refusing to serve on {addr} without authentication: a non-loopback address is reachable by others. Give a token with --auth-token-file FILE (or QUICKCELL_AUTH_TOKEN), or bind a loopback address such as 127.0.0.1"
-            ));
-        }
+    // Refused before the runtime is built (it compiles the guest and
+    // connects to MCP servers).
+    if let Some(refusal) = args.http.and_then(|addr| options.refusal(addr)) {
+        return usage_error(refusal);
     }
-    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+    let runtime = match runtime_from(config, registry, Some(&args.state)).await {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };

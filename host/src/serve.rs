@@ -179,6 +179,14 @@ pub struct HttpOptions {
 }
 
 impl HttpOptions {
+    /// Why serving on `addr` with these options is refused: a non-loopback
+    /// address without a token would be reachable by others unauthenticated.
+    pub fn refusal(&self, addr: SocketAddr) -> Option<String> {
+        (self.auth_token.is_none() && !addr.ip().is_loopback()).then(|| format!(
+            "refusing to serve on {addr} without authentication: a non-loopback address is reachable by others. Give a token with --auth-token-file FILE (or QUICKCELL_AUTH_TOKEN), or bind a loopback address such as 127.0.0.1"
+        ))
+    }
+
     /// Reads the token from `file` (surrounding whitespace removed).
     ///
     /// # Errors
@@ -629,10 +637,8 @@ pub(crate) async fn serve_http<S: CellService>(
     mode: ServeMode,
     options: HttpOptions,
 ) -> anyhow::Result<()> {
-    if options.auth_token.is_none() && !addr.ip().is_loopback() {
-        anyhow::bail!(
-            "refusing to serve on {addr} without authentication: a non-loopback address is reachable by others. Give a token with --auth-token-file FILE (or QUICKCELL_AUTH_TOKEN), or bind a loopback address such as 127.0.0.1"
-        );
+    if let Some(refusal) = options.refusal(addr) {
+        anyhow::bail!(refusal);
     }
     let limits = options.limits.clone();
     let sessionless = new_session_id();
