@@ -60,7 +60,7 @@ mod result;
 mod results_describe;
 mod runs;
 mod runtime;
-mod serve;
+mod server;
 mod source;
 mod state;
 pub mod tools;
@@ -75,7 +75,8 @@ pub use result::{
     CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
     WaitReason, Waiting,
 };
-pub use runtime::{HttpOptions, Runtime, RuntimeBuilder, ServeMode};
+pub use runtime::{Runtime, RuntimeBuilder};
+pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 pub use state::{Owner, STATE_FILE};
 

@@ -10,8 +10,7 @@ use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::runs::RunRegistry;
-pub use crate::serve::{HttpOptions, ServeMode};
-use crate::state::{MemoryStateStore, SqliteStateStore, StateStore};
+use crate::state::{MemoryStateStore, Owner, SqliteStateStore, StateStore};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -270,8 +269,20 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
     pub async fn wait_json(&self, args: &serde_json::Value) -> CellResult {
+        self.wait_json_as(None, args).await
+    }
+
+    /// [`Runtime::wait_json`] for `owner` (the input's default owner when `None`).
+    pub(crate) async fn wait_json_as(
+        &self,
+        owner: Option<Owner>,
+        args: &serde_json::Value,
+    ) -> CellResult {
         match WaitInput::from_json(args) {
-            Ok(input) => self.wait(input).await,
+            Ok(input) => match owner {
+                Some(owner) => self.wait(input.with_owner(owner)).await,
+                None => self.wait(input).await,
+            },
             Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         }
     }
@@ -289,205 +300,27 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// model or MCP client sends them), applying the contract's argument
     /// rules first.
     pub async fn exec_json(&self, args: &serde_json::Value) -> CellResult {
-        match ExecInput::from_json(args) {
-            Ok(input) => self.exec(input).await,
-            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
-        }
-    }
-}
-
-/// What a structured Tool Search operation returns to an MCP client.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CatalogReply {
-    /// The structured value (`structuredContent`).
-    pub value: serde_json::Value,
-    /// Model-facing text; wrapped as untrusted when it carries MCP or client
-    /// content.
-    pub text: String,
-    /// Whether the operation failed.
-    pub is_error: bool,
-}
-
-impl CatalogReply {
-    fn error(message: impl Into<String>) -> Self {
-        let message = message.into();
-        Self {
-            value: serde_json::json!({ "error": message }),
-            text: message,
-            is_error: true,
-        }
+        self.exec_json_as(None, args).await
     }
 
-    fn ok(value: serde_json::Value, untrusted: Option<&str>) -> Self {
-        let text = value.to_string();
-        Self {
-            text: match untrusted {
-                Some(source) => quickcell_catalog::wrap_untrusted(source, &text),
-                None => text,
-            },
-            value,
-            is_error: false,
-        }
-    }
-}
-
-impl Runtime {
-    /// `tool_search` (tool-search.md §10) over this runtime's catalog.
-    pub(crate) fn tool_search(&self, args: &serde_json::Value) -> CatalogReply {
-        let catalog = &self.cell_tools.catalog;
-        match catalog.tool_search(args) {
-            Ok(hits) => {
-                // Hits of MCP or client tools carry their untrusted descriptions.
-                let untrusted = hits["results"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .flat_map(|g| g["hits"].as_array().into_iter().flatten())
-                    .filter_map(|h| match h["source"].as_str() {
-                        Some("host") | None => None,
-                        Some(other) => Some(other.to_owned()),
-                    })
-                    .max_by_key(|source| source == "mcp");
-                CatalogReply::ok(hits, untrusted.as_deref())
-            }
-            Err(e) => CatalogReply::error(e.to_string()),
-        }
-    }
-
-    /// `tool_describe` (tool-search.md §9.1) over this runtime's catalog.
-    pub(crate) fn tool_describe(&self, args: &serde_json::Value) -> CatalogReply {
-        let catalog = &self.cell_tools.catalog;
-        match catalog.tool_describe(args) {
-            Ok(description) => {
-                let source = description["source"]
-                    .as_str()
-                    .unwrap_or("mcp") // an MCP description has no `source`
-                    .to_owned();
-                let untrusted = (source != "host").then_some(source.as_str());
-                CatalogReply::ok(description.clone(), untrusted)
-            }
-            Err(e) => CatalogReply::error(e.to_string()),
-        }
-    }
-
-    /// `tool_call` (tool-search.md §9): resolves, repairs and validates the
-    /// call, then runs the tool through the same implementations cells
-    /// reach. Bounded by the tool's own caps (a command tool's or MCP
-    /// server's `timeout_ms`), not by `timeoutMs`: there is no cell to park.
-    pub(crate) async fn tool_call(&self, args: &serde_json::Value) -> CatalogReply {
-        let tools = &self.cell_tools;
-        let prepared = match tools.catalog.tool_call_prepare(args) {
-            Ok(p) => p,
-            Err(e) => return CatalogReply::error(e.to_string()),
-        };
-        let Some(tool) = tools.implementation(&prepared) else {
-            return CatalogReply::error(format!(
-                "Unknown tool: {}. Use tool_search to find tools.",
-                prepared.tool_name
-            ));
-        };
-        let untrusted = match prepared.source {
-            quickcell_catalog::SourceKind::Host => None,
-            other => Some(other.as_str()),
-        };
-        // Its own task, so that a panicking tool fails this call alone.
-        let arguments = prepared.arguments.clone();
-        let call = tokio::spawn(async move {
-            tool.call(arguments, crate::tools::CancelSignal::new())
-                .await
-        });
-        match call.await {
-            Ok(Ok(value)) => {
-                match tools
-                    .catalog
-                    .check_output(&prepared.id, &prepared.display_name, &value)
-                {
-                    Ok(()) => CatalogReply::ok(value, untrusted),
-                    Err(e) => CatalogReply::error(e.to_string()),
-                }
-            }
-            Ok(Err(e)) => {
-                let text = match untrusted {
-                    Some(source) => quickcell_catalog::wrap_untrusted(source, &e.message),
-                    None => e.message.clone(),
-                };
-                CatalogReply {
-                    value: serde_json::json!({"error": e.message, "code": e.code.as_str()}),
-                    text,
-                    is_error: true,
-                }
-            }
-            Err(_) => CatalogReply::error("the tool failed unexpectedly (it panicked)"),
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl crate::serve::CellService for Runtime {
-    /// An MCP session is both the agent run and the session of its cells.
-    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult {
-        let owner = crate::state::Owner {
-            agent_run: session.to_string(),
-            session: session.to_string(),
-        };
-        match ExecInput::from_json(&args) {
-            Ok(input) => self.exec(input.with_owner(owner)).await,
-            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
-        }
-    }
-
-    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult {
-        let owner = crate::state::Owner {
-            agent_run: session.to_string(),
-            session: session.to_string(),
-        };
-        match WaitInput::from_json(&args) {
-            Ok(input) => self.wait(input.with_owner(owner)).await,
-            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
-        }
-    }
-
-    fn exec_description(&self) -> String {
-        Runtime::exec_description(self)
-    }
-
-    async fn catalog_operation(
+    /// [`Runtime::exec_json`] for `owner` (the input's default owner when `None`).
+    pub(crate) async fn exec_json_as(
         &self,
-        operation: crate::serve::CatalogOperation,
-        args: serde_json::Value,
-    ) -> CatalogReply {
-        use crate::serve::CatalogOperation as Op;
-        match operation {
-            Op::Search => self.tool_search(&args),
-            Op::Describe => self.tool_describe(&args),
-            Op::Call => self.tool_call(&args).await,
+        owner: Option<Owner>,
+        args: &serde_json::Value,
+    ) -> CellResult {
+        match ExecInput::from_json(args) {
+            Ok(input) => match owner {
+                Some(owner) => self.exec(input.with_owner(owner)).await,
+                None => self.exec(input).await,
+            },
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         }
     }
-}
 
-impl Runtime {
-    /// Serves MCP over stdin/stdout (the tools `mode` names) until the
-    /// client closes stdin. Each connection is one MCP session: its parked
-    /// runs and session values are its own.
-    pub async fn serve_mcp_stdio(self: Arc<Self>, mode: ServeMode) -> Result<(), Error> {
-        crate::serve::serve_stdio(self, mode)
-            .await
-            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over stdio: {e:#}")))
-    }
-
-    /// Serves MCP (the tools `mode` names) over streamable HTTP at
-    /// `http://ADDR/mcp` until the process ends. Each MCP session is its
-    /// own scope. `options` sets the bearer token and the body, session and
-    /// idle caps (operations.md §2); a non-loopback `addr` needs a token.
-    pub async fn serve_mcp_http(
-        self: Arc<Self>,
-        addr: std::net::SocketAddr,
-        mode: ServeMode,
-        options: crate::serve::HttpOptions,
-    ) -> Result<(), Error> {
-        crate::serve::serve_http(self, addr, mode, options)
-            .await
-            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over HTTP: {e:#}")))
+    /// The catalog, its projection and the tool implementations cells reach.
+    pub(crate) fn cell_tools(&self) -> &CellTools {
+        &self.cell_tools
     }
 }
 

@@ -1,0 +1,556 @@
+//! MCP front end: serves quickcell's two operations, `exec` and `wait`, as MCP
+//! tools over stdio or streamable HTTP, using `rmcp` (the official Rust MCP SDK).
+//!
+//! # What clients see
+//!
+//! - `initialize` / `server/discover` answer with server name `quickcell`, this
+//!   crate's version, the `tools` capability only, and a one-sentence
+//!   instruction.
+//! - `tools/list` returns exactly two tools: `exec` (its description comes from
+//!   [`CellService::exec_description`], the quick index of tools) and `wait`.
+//!   Their input schemas are fixed here ([`exec_input_schema`],
+//!   [`wait_input_schema`]).
+//! - With [`ServeMode::Tools`] (`quickcell serve --mode tools`) it returns
+//!   `tool_search`, `tool_describe` and `tool_call` instead (tool-search.md
+//!   §9–10), over the same catalog and tool implementations, without cells.
+//!   Their text content is the compact JSON of the reply, wrapped in the
+//!   untrusted-content envelope when it carries MCP or client tool content
+//!   (search hits, descriptions, results, errors); `structuredContent` is
+//!   the reply itself, unwrapped.
+//! - `tools/call` for `exec` or `wait` hands the raw `arguments` object (`{}`
+//!   when absent) to [`CellService`], which validates it and returns the
+//!   result object. The tool result carries that object twice: as one text
+//!   content block holding its compact JSON (inside the untrusted-content
+//!   envelope when the cell may carry text from an MCP server or a client
+//!   tool, see [`crate::CellResult::untrusted_source`]), and as
+//!   `structuredContent`.
+//!   `isError` is `true` exactly when the object's `"status"` is `"failed"`.
+//!   Any other tool name, and `tools/call` params that do not parse (say,
+//!   `arguments` that is not an object), are a JSON-RPC `-32602` (invalid
+//!   params) error. A panic inside the service becomes a JSON-RPC `-32603`
+//!   (internal error) for that call alone; the server keeps serving.
+//!
+//! # Session scoping
+//!
+//! [`CellService`] receives a session id, `mcp-<uuid v4>`, with every call, so
+//! parked runs (and whatever else quickcell keys by session) belong to one MCP
+//! session:
+//!
+//! - stdio: one id for the process's one connection;
+//! - streamable HTTP: rmcp's session manager builds one handler per MCP
+//!   session (created by `initialize`, named by the `Mcp-Session-Id` header),
+//!   and each handler draws its own id when it is created.
+//!
+//! Protocol revision 2026-07-28 has no sessions. Over HTTP the server
+//! therefore offers only revisions up to 2025-11-25, so every HTTP client
+//! goes through `initialize` and is its own scope: parked runs and session
+//! values are never shared between clients. (Should a sessionless request
+//! reach a handler anyway, it uses one id drawn per [`transport::serve_http`] call.)
+//! Over stdio the connection is the scope whatever the revision.
+//!
+//! # Transports and robustness
+//!
+//! - [`transport::serve_stdio`] reads newline-delimited JSON-RPC from stdin and writes to
+//!   stdout until the client closes stdin. Nothing else may write to stdout:
+//!   logs go to stderr. rmcp answers well-formed JSON that is not a valid
+//!   message with `-32600` (invalid request) and, like the other official
+//!   SDKs, ignores lines that are not JSON at all. Notifications and
+//!   responses sent before the client's first `initialize` (or 2026-07-28
+//!   request) are dropped here: rmcp would end the connection on them.
+//! - [`transport::serve_http`] serves the streamable HTTP transport at `/mcp` until the
+//!   process is killed. A POST body that is not JSON gets HTTP 400 with a
+//!   JSON-RPC `-32700` (parse error); JSON that is not a valid JSON-RPC
+//!   message gets HTTP 400 with `-32600`; a body over `[http]
+//!   max_body_bytes` gets HTTP 413 with `-32600`. Before any of that,
+//!   [`transport::guard`] checks the bearer token (401), `Host` and `Origin` (403,
+//!   DNS-rebinding protection), a declared body size (413) and the session
+//!   cap (503). rmcp adds `Accept`/`Content-Type` checks, and sessions end
+//!   after `[http] session_idle_seconds` without traffic.
+//!
+//! Nothing here panics: schemas are built without unwrapping, and the service
+//! runs in its own task so that its panic is caught.
+use std::sync::{
+    atomic::{AtomicBool, Ordering},
+    Arc,
+};
+
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
+        ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
+        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+        Tool,
+    },
+    service::RequestContext,
+    ErrorData, RoleServer, ServerHandler,
+};
+use serde_json::{json, Value};
+
+use crate::error::Error;
+use crate::result::CellResult;
+use crate::state::Owner;
+use crate::Runtime;
+use tool_search::CatalogReply;
+pub use transport::HttpOptions;
+
+mod tool_search;
+mod transport;
+
+/// What the MCP server needs from quickcell.
+#[async_trait::async_trait]
+pub(crate) trait CellService: Send + Sync + 'static {
+    /// Runs `exec` with raw MCP arguments for the given MCP session id.
+    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult;
+    /// Runs `wait` likewise.
+    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult;
+    /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
+    fn exec_description(&self) -> String;
+    /// Runs a structured Tool Search operation (`--mode tools`).
+    async fn catalog_operation(
+        &self,
+        operation: CatalogOperation,
+        args: serde_json::Value,
+    ) -> CatalogReply;
+}
+
+/// Which tools `quickcell serve` offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ServeMode {
+    /// Code Mode: `exec` and `wait` (the default).
+    #[default]
+    Code,
+    /// Structured Tool Search: `tool_search`, `tool_describe` and
+    /// `tool_call` over the same catalog, no cells.
+    Tools,
+}
+
+/// The structured Tool Search operations of [`ServeMode::Tools`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CatalogOperation {
+    /// `tool_search`.
+    Search,
+    /// `tool_describe`.
+    Describe,
+    /// `tool_call`.
+    Call,
+}
+
+/// `tool_search`'s description.
+const TOOL_SEARCH_DESCRIPTION: &str = "Search the tool catalog in English words. Pass `query` \
+(and optionally `limit`), or a batch as `queries: [{query, limit?}]` (at most 16 entries, 50 \
+results in all). Each hit has an `id` to pass to tool_describe or tool_call, a name, a \
+description, its source and a compact input hint.";
+/// `tool_describe`'s description.
+const TOOL_DESCRIBE_DESCRIPTION: &str = "The full definition of one tool: pass the `id` from \
+tool_search (a tool name works too). Returns its description and complete input schema.";
+/// `tool_call`'s description.
+const TOOL_CALL_DESCRIPTION: &str = "Call one tool: pass the `id` from tool_search and the \
+tool's `arguments` object. Trusted tools validate the arguments first; the result is the \
+tool's value.";
+
+/// The server's `instructions`, sent with `initialize` and `server/discover`.
+const INSTRUCTIONS: &str =
+    "Use exec to run JavaScript that calls tools, and wait to resume a parked cell by its runId.";
+
+/// The `wait` tool's description.
+const WAIT_DESCRIPTION: &str = "Resumes a parked cell. When exec (or an earlier wait) returns \
+{\"status\":\"waiting\",\"runId\":...}, the cell was checkpointed while its tool calls keep \
+running; call wait with that runId to restore it, deliver what settled meanwhile and continue. \
+Only the session that started the run may wait it. Returns the same result union as exec: \
+completed, waiting again, or failed.";
+
+/// The `exec` tool's input schema.
+pub(crate) fn exec_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "title": {"type": "string", "description": "Short intent, 3–7 words; display only."},
+            "code": {
+                "type": "string",
+                "description": "JavaScript: the body of an async function. Top-level await and return work."
+            },
+            "restartSafe": {"type": "boolean"},
+            "awaitResults": {"type": "boolean"}
+        },
+        "required": ["title", "code"],
+        "additionalProperties": false
+    })
+}
+
+/// The `wait` tool's input schema.
+pub(crate) fn wait_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "runId": {"type": "string", "description": "The runId of a waiting result."}
+        },
+        "required": ["runId"],
+        "additionalProperties": false
+    })
+}
+
+/// A fresh MCP session id: `mcp-` and a random UUID.
+fn new_session_id() -> Arc<str> {
+    format!("mcp-{}", uuid::Uuid::new_v4()).into()
+}
+
+/// A schema value as the JSON object rmcp's [`Tool`] holds (an empty object
+/// for a non-object, which the schemas above never are).
+fn schema_object(schema: Value) -> Arc<JsonObject> {
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// The operations a tool call can name.
+#[derive(Clone, Copy, Debug)]
+enum Operation {
+    Exec,
+    Wait,
+    Catalog(CatalogOperation),
+}
+
+impl Operation {
+    /// The operations `mode` offers, in `tools/list` order.
+    fn offered(mode: ServeMode) -> &'static [Operation] {
+        match mode {
+            ServeMode::Code => &[Self::Exec, Self::Wait],
+            ServeMode::Tools => &[
+                Self::Catalog(CatalogOperation::Search),
+                Self::Catalog(CatalogOperation::Describe),
+                Self::Catalog(CatalogOperation::Call),
+            ],
+        }
+    }
+
+    /// The operation a tool name names in `mode`, if any.
+    fn from_tool_name(mode: ServeMode, name: &str) -> Option<Self> {
+        Self::offered(mode)
+            .iter()
+            .copied()
+            .find(|op| op.name() == name)
+    }
+
+    /// The tool name.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Exec => "exec",
+            Self::Wait => "wait",
+            Self::Catalog(CatalogOperation::Search) => "tool_search",
+            Self::Catalog(CatalogOperation::Describe) => "tool_describe",
+            Self::Catalog(CatalogOperation::Call) => "tool_call",
+        }
+    }
+}
+
+/// `tool_search`'s input schema.
+fn tool_search_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What the tool should do, in English words."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Most hits for `query`."},
+            "queries": {
+                "type": "array",
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+                    "required": ["query"]
+                }
+            }
+        }
+    })
+}
+
+/// `tool_describe`'s input schema.
+fn tool_describe_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"id": {"type": "string", "description": "A tool id from tool_search."}},
+        "required": ["id"]
+    })
+}
+
+/// `tool_call`'s input schema.
+fn tool_call_input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "description": "A tool id from tool_search."},
+            "arguments": {"type": "object", "description": "The tool's arguments."}
+        },
+        "required": ["id"]
+    })
+}
+
+/// The MCP tool result of a structured Tool Search operation.
+fn catalog_result(reply: CatalogReply) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(reply.text)]);
+    result.structured_content = Some(reply.value);
+    result.is_error = Some(reply.is_error);
+    result
+}
+
+/// The MCP tool result for a quickcell result: its compact JSON as the one
+/// text block (wrapped in the untrusted-content envelope when the cell may
+/// carry MCP or client content), the result object as `structuredContent`,
+/// and `isError` when it failed.
+fn tool_result(result: CellResult) -> CallToolResult {
+    let untrusted = result.untrusted_source();
+    let failed = result.status() == "failed";
+    let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+    let text = value.to_string();
+    let text = match untrusted {
+        Some(source) => quickcell_catalog::wrap_untrusted(source, &text),
+        None => text,
+    };
+    let mut out = CallToolResult::success(vec![rmcp::model::ContentBlock::text(text)]);
+    out.structured_content = Some(value);
+    out.is_error = Some(failed);
+    out
+}
+
+/// The rmcp handler: one per stdio connection, one per HTTP MCP session (and
+/// one per sessionless HTTP request).
+struct McpServer<S> {
+    service: Arc<S>,
+    /// Which tools this server offers.
+    mode: ServeMode,
+    /// This handler's own session id, drawn when it is created.
+    session: Arc<str>,
+    /// Set once this handler has answered `initialize`, i.e. it is bound to a
+    /// (pre-2026-07-28) MCP session and lives as long as that session.
+    initialized: AtomicBool,
+    /// HTTP only: the id shared by requests served without an MCP session.
+    sessionless: Option<Arc<str>>,
+}
+
+impl<S: CellService> McpServer<S> {
+    /// A handler with a fresh session id.
+    fn new(service: Arc<S>, mode: ServeMode, sessionless: Option<Arc<str>>) -> Self {
+        Self {
+            service,
+            mode,
+            session: new_session_id(),
+            initialized: AtomicBool::new(false),
+            sessionless,
+        }
+    }
+
+    /// The session id to hand to the service for a call on this handler.
+    fn scope(&self) -> Arc<str> {
+        match &self.sessionless {
+            Some(shared) if !self.initialized.load(Ordering::Acquire) => shared.clone(),
+            _ => self.session.clone(),
+        }
+    }
+
+    /// The tool definition of one operation.
+    fn tool(&self, operation: Operation) -> Tool {
+        match operation {
+            Operation::Exec => Tool::new(
+                "exec",
+                self.service.exec_description(),
+                schema_object(exec_input_schema()),
+            ),
+            Operation::Wait => {
+                Tool::new("wait", WAIT_DESCRIPTION, schema_object(wait_input_schema()))
+            }
+            Operation::Catalog(op) => {
+                let (description, schema) = match op {
+                    CatalogOperation::Search => {
+                        (TOOL_SEARCH_DESCRIPTION, tool_search_input_schema())
+                    }
+                    CatalogOperation::Describe => {
+                        (TOOL_DESCRIBE_DESCRIPTION, tool_describe_input_schema())
+                    }
+                    CatalogOperation::Call => (TOOL_CALL_DESCRIPTION, tool_call_input_schema()),
+                };
+                Tool::new(operation.name(), description, schema_object(schema))
+            }
+        }
+    }
+}
+
+impl<S: CellService> ServerHandler for McpServer<S> {
+    /// Over HTTP only revisions with MCP sessions (up to 2025-11-25) are
+    /// offered, so every client is its own scope: parked runs and the
+    /// session store are never shared between HTTP clients. Over stdio the
+    /// connection is the scope, so every revision is fine.
+    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
+        if self.sessionless.is_some() {
+            std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+        } else {
+            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
+        }
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("quickcell", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        // The default body, plus marking this handler as session-bound.
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        self.initialized.store(true, Ordering::Release);
+        tracing::debug!(
+            session = %self.session,
+            client = %request.client_info.name,
+            protocol = %result.protocol_version,
+            "MCP session initialized"
+        );
+        Ok(result)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            Operation::offered(self.mode)
+                .iter()
+                .map(|&op| self.tool(op))
+                .collect(),
+        ))
+    }
+
+    /// rmcp hands over a request whose params do not parse as its method's
+    /// as a custom request: answer those of the tools methods with `-32602`
+    /// (invalid params) rather than `-32601` (method not found).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        match request.method.as_str() {
+            "tools/call" => {
+                let params = request.params.unwrap_or(Value::Null);
+                let reason = match serde_json::from_value::<CallToolRequestParams>(params) {
+                    Err(error) => error.to_string(),
+                    Ok(_) => "unexpected shape".to_string(),
+                };
+                Err(ErrorData::invalid_params(
+                    format!("invalid tools/call params: {reason}"),
+                    None,
+                ))
+            }
+            "tools/list" => Err(ErrorData::invalid_params("invalid tools/list params", None)),
+            _ => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            )),
+        }
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        Operation::from_tool_name(self.mode, name).map(|operation| self.tool(operation))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(operation) = Operation::from_tool_name(self.mode, &request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            ));
+        };
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let session = self.scope();
+        let service = self.service.clone();
+        // Its own task, so that a panic in the service fails this call alone
+        // instead of leaving it unanswered.
+        let task = tokio::spawn(async move {
+            match operation {
+                Operation::Exec => tool_result(service.exec(&session, args).await),
+                Operation::Wait => tool_result(service.wait(&session, args).await),
+                Operation::Catalog(op) => catalog_result(service.catalog_operation(op, args).await),
+            }
+        });
+        match task.await {
+            Ok(result) => Ok(result.into()),
+            Err(error) => {
+                tracing::error!(tool = operation.name(), %error, "the cell service failed");
+                Err(ErrorData::internal_error(
+                    format!("{} failed inside the server", operation.name()),
+                    None,
+                ))
+            }
+        }
+    }
+}
+
+/// One MCP session is both the agent run and the session of its cells.
+fn session_owner(session: &str) -> Owner {
+    Owner {
+        agent_run: session.to_string(),
+        session: session.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl CellService for Runtime {
+    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult {
+        self.exec_json_as(Some(session_owner(session)), &args).await
+    }
+
+    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult {
+        self.wait_json_as(Some(session_owner(session)), &args).await
+    }
+
+    fn exec_description(&self) -> String {
+        Runtime::exec_description(self)
+    }
+
+    async fn catalog_operation(
+        &self,
+        operation: CatalogOperation,
+        args: serde_json::Value,
+    ) -> CatalogReply {
+        use CatalogOperation as Op;
+        match operation {
+            Op::Search => self.tool_search(&args),
+            Op::Describe => self.tool_describe(&args),
+            Op::Call => self.tool_call(&args).await,
+        }
+    }
+}
+
+impl Runtime {
+    /// Serves MCP over stdin/stdout (the tools `mode` names) until the
+    /// client closes stdin. Each connection is one MCP session: its parked
+    /// runs and session values are its own.
+    pub async fn serve_mcp_stdio(self: Arc<Self>, mode: ServeMode) -> Result<(), Error> {
+        transport::serve_stdio(self, mode)
+            .await
+            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over stdio: {e:#}")))
+    }
+
+    /// Serves MCP (the tools `mode` names) over streamable HTTP at
+    /// `http://ADDR/mcp` until the process ends. Each MCP session is its
+    /// own scope. `options` sets the bearer token and the body, session and
+    /// idle caps (operations.md §2); a non-loopback `addr` needs a token.
+    pub async fn serve_mcp_http(
+        self: Arc<Self>,
+        addr: std::net::SocketAddr,
+        mode: ServeMode,
+        options: HttpOptions,
+    ) -> Result<(), Error> {
+        transport::serve_http(self, addr, mode, options)
+            .await
+            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over HTTP: {e:#}")))
+    }
+}
