@@ -32,8 +32,9 @@
 //! module-access message, in phase `guest` (the guest had started).
 
 use crate::abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
-use crate::bridge::{unix_ms, Bridge, BridgeState, CellTools, SessionAccess};
+use crate::bridge::{Bridge, BridgeState, CellTools, SessionAccess};
 use crate::channel::OutputBuffer;
+use crate::clock::unix_ms;
 use crate::config::{Fuel, Limits};
 use crate::engine::{FreshInstance, SharedEngine};
 use crate::input::{ExecInput, WaitInput};
@@ -44,7 +45,7 @@ use crate::result::{
 };
 use crate::runs::{RunRegistry, SlotGuard};
 use crate::source;
-use crate::state::{ClaimRefused, Owner, ParkedRun};
+use crate::store::{ClaimRefused, Owner, ParkedRun};
 use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -262,7 +263,12 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
     // A claim outlives this call's deadline by the hard-stop grace, so a
     // `wait` that is still running is never mistaken for an abandoned one.
     let claim_until = now + env.limits.timeout_ms + CLAIM_GRACE_MS;
-    let claimed = match env.runs.store.claim(run_id, &input.owner, now, claim_until) {
+    let claimed = match env
+        .runs
+        .store
+        .claim(run_id, &input.owner, now, claim_until)
+        .await
+    {
         Ok(Ok(claimed)) => claimed,
         Ok(Err(refused)) => {
             if let (Some(bridge), false) = (live, refused == ClaimRefused::Unavailable) {
@@ -287,9 +293,9 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
             // `wait`; an unusable snapshot is removed.
             let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
             let cleanup = if unavailable {
-                env.runs.store.unclaim(run_id)
+                env.runs.store.unclaim(run_id).await
             } else {
-                env.runs.store.remove(run_id)
+                env.runs.store.remove(run_id).await
             };
             if let Err(e) = cleanup {
                 tracing::warn!(run_id, error = %e, "cannot release a run that failed to restore");
@@ -308,7 +314,7 @@ const CLAIM_GRACE_MS: u64 = 2_000;
 async fn restore(
     env: &CellEnv<'_>,
     run_id: &str,
-    claimed: crate::state::Claimed,
+    claimed: crate::store::Claimed,
     live: Option<Bridge>,
 ) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
     let unusable = |e: String| {
@@ -486,7 +492,7 @@ impl LiveCell {
                 Ok(json) => json,
                 Err(err) => {
                     let ending = ending_from_trap(err, self.store.data());
-                    return self.end(env, ending);
+                    return self.end(env, ending).await;
                 }
             };
             let state = self.store.data_mut();
@@ -497,33 +503,37 @@ impl LiveCell {
             self.bridge.cancel(cancels);
             if !requests.is_empty() && self.run_id.is_none() && self.slot.is_none() {
                 if let Err(message) = self.bridge.check_capacity(requests.len() + dropped) {
-                    return self.end(env, bridge_failure(message));
+                    return self.end(env, bridge_failure(message)).await;
                 }
-                match env.runs.take_slot(&self.owner.session) {
+                match env.runs.take_slot(&self.owner.session).await {
                     Ok(Ok(slot)) => self.slot = Some(slot),
                     Ok(Err(refused)) => {
                         let message = refused.message(&env.runs.limits);
-                        return self.end(env, bridge_failure(message));
+                        return self.end(env, bridge_failure(message)).await;
                     }
                     Err(e) => {
-                        return self.end(
-                            env,
-                            Ending::Failed {
-                                code: ErrorCode::InternalError,
-                                phase: FailurePhase::Host,
-                                error: format!("InternalError: cannot read the state store: {e:#}"),
-                            },
-                        )
+                        return self
+                            .end(
+                                env,
+                                Ending::Failed {
+                                    code: ErrorCode::InternalError,
+                                    phase: FailurePhase::Host,
+                                    error: format!(
+                                        "InternalError: cannot read the state store: {e:#}"
+                                    ),
+                                },
+                            )
+                            .await
                     }
                 }
             }
             if let Err(message) = self.bridge.accept(requests, dropped) {
-                return self.end(env, bridge_failure(message));
+                return self.end(env, bridge_failure(message)).await;
             }
             // `None`: the cell's promise has not settled yet.
             match ending_from_status(&json) {
-                Some(ending @ Ending::Failed { .. }) => return self.end(env, ending),
-                Some(ending) if !self.bridge.has_work() => return self.end(env, ending),
+                Some(ending @ Ending::Failed { .. }) => return self.end(env, ending).await,
+                Some(ending) if !self.bridge.has_work() => return self.end(env, ending).await,
                 None if !self.bridge.has_work() => {
                     // A cell can look pending with nothing left to do
                     // because it ran out of memory: an allocation that failed
@@ -552,7 +562,7 @@ impl LiveCell {
                             error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
                         }
                     };
-                    return self.end(env, ending);
+                    return self.end(env, ending).await;
                 }
                 // Awaiting (result pending) or draining (value ready,
                 // detached requests outstanding).
@@ -596,13 +606,18 @@ impl LiveCell {
 
     /// Ends the cell: fits the result into the remaining output budget and
     /// forgets the run.
-    fn end(mut self, env: &CellEnv<'_>, ending: Ending) -> CellResult {
+    async fn end(mut self, env: &CellEnv<'_>, ending: Ending) -> CellResult {
         let mut warnings = Vec::new();
         // Store writes are committed once, atomically, iff the cell
         // completed; any other ending discards them.
         let writes = self.bridge.take_store_writes();
         if matches!(ending, Ending::Completed { .. }) && !writes.is_empty() {
-            if let Err(e) = env.runs.store.store_commit(&self.owner.session, &writes) {
+            if let Err(e) = env
+                .runs
+                .store
+                .store_commit(&self.owner.session, writes)
+                .await
+            {
                 tracing::warn!(error = %e, "session store commit failed");
                 warnings.push(STORE_COMMIT_UNCONFIRMED.to_string());
             }
@@ -611,7 +626,7 @@ impl LiveCell {
         let output = std::mem::take(&mut self.store.data_mut().output);
         let dispatch_started = self.bridge.dispatch_started;
         if let Some(run_id) = &self.run_id {
-            if let Err(e) = env.runs.store.remove(run_id) {
+            if let Err(e) = env.runs.store.remove(run_id).await {
                 tracing::warn!(run_id, error = %e, "cannot remove a finished run");
             }
         }
@@ -646,7 +661,7 @@ impl LiveCell {
                         capacity_bytes: env.limits.reply_inbox_bytes(),
                         restart_safe,
                     };
-                    reference.apply(c, original, budget);
+                    reference.apply(c, original, budget).await;
                 }
             }
             CellResult::Failed(f) => f.replay_safe = replay_safe,
@@ -665,7 +680,7 @@ impl LiveCell {
             Ok(units) => units,
             Err(err) => {
                 let ending = ending_from_trap(err, self.store.data());
-                return self.end(env, ending);
+                return self.end(env, ending).await;
             }
         };
         let _ = self.store.set_fuel(fuel);
@@ -686,14 +701,16 @@ impl LiveCell {
         ) {
             Ok(f) => f,
             Err(e) => {
-                return self.end(
-                    env,
-                    Ending::Failed {
-                        code: ErrorCode::OutputLimitExceeded,
-                        phase: FailurePhase::Host,
-                        error: format!("code mode output limit exceeded: {e}"),
-                    },
-                )
+                return self
+                    .end(
+                        env,
+                        Ending::Failed {
+                            code: ErrorCode::OutputLimitExceeded,
+                            phase: FailurePhase::Host,
+                            error: format!("code mode output limit exceeded: {e}"),
+                        },
+                    )
+                    .await
             }
         };
         let delivered_output = fitted.output;
@@ -757,14 +774,16 @@ impl LiveCell {
                 };
                 // The output that would have been delivered is kept.
                 self.store.data_mut().output = output;
-                return self.end(
-                    env,
-                    Ending::Failed {
-                        code,
-                        phase: FailurePhase::Host,
-                        error,
-                    },
-                );
+                return self
+                    .end(
+                        env,
+                        Ending::Failed {
+                            code,
+                            phase: FailurePhase::Host,
+                            error,
+                        },
+                    )
+                    .await;
             }
         };
         let ttl_ms = env.limits.snapshot_ttl_seconds.saturating_mul(1000);
@@ -778,19 +797,21 @@ impl LiveCell {
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
-        let stored = env.runs.store.park(&parked);
+        let stored = env.runs.store.park(parked).await;
         stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = stored {
             self.store.data_mut().output = output;
             self.run_id = Some(run_id);
-            return self.end(
-                env,
-                Ending::Failed {
-                    code: ErrorCode::InternalError,
-                    phase: FailurePhase::Host,
-                    error: format!("InternalError: cannot store the parked run: {e:#}"),
-                },
-            );
+            return self
+                .end(
+                    env,
+                    Ending::Failed {
+                        code: ErrorCode::InternalError,
+                        phase: FailurePhase::Host,
+                        error: format!("InternalError: cannot store the parked run: {e:#}"),
+                    },
+                )
+                .await;
         }
         let reason = if self.bridge.only_yields() {
             WaitReason::Yield
@@ -870,7 +891,7 @@ fn release_in_background(store: Store<CellState>, learn: Option<(Arc<SharedEngin
 /// `{truncated: true, reference: <descriptor>, guidance}`; when it cannot
 /// be kept, the truncation marker's guidance says why ("Not retained: …").
 struct AutoReference<'a> {
-    state: &'a dyn crate::state::StateStore,
+    state: &'a dyn crate::store::StateStore,
     agent_run: &'a str,
     capacity_bytes: usize,
     restart_safe: bool,
@@ -880,7 +901,7 @@ struct AutoReference<'a> {
 const REFERENCE_GUIDANCE: &str = "Output truncated; the full value was saved. Load it in a later cell with await results.load(reference.id).";
 
 impl AutoReference<'_> {
-    fn apply(&self, completed: &mut Completed, original: &str, budget: usize) {
+    async fn apply(&self, completed: &mut Completed, original: &str, budget: usize) {
         if completed.value["truncated"] != Value::Bool(true) {
             return;
         }
@@ -918,7 +939,9 @@ impl AutoReference<'_> {
         let replacement = if output::json_len(&value) > self.capacity_bytes {
             not_retained(TOO_LARGE)
         } else {
-            match crate::bridge::save_result(self.state, self.agent_run, &value, self.capacity_bytes) {
+            match crate::bridge::save_result(self.state, self.agent_run, &value, self.capacity_bytes)
+                .await
+            {
                 Ok(Ok(descriptor)) => {
                     let id = descriptor["id"].as_str().unwrap_or_default().to_string();
                     let marker = serde_json::json!({
@@ -929,7 +952,7 @@ impl AutoReference<'_> {
                     if output::json_len(&marker) <= allowance {
                         Some(marker)
                     } else {
-                        let _ = self.state.result_delete(self.agent_run, &id);
+                        let _ = self.state.result_delete(self.agent_run, &id).await;
                         not_retained("Not retained: reference exceeds output budget. Return less data.")
                     }
                 }

@@ -8,7 +8,7 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
-use crate::state::Owner;
+use crate::store::Owner;
 use serde_json::{Map, Value};
 
 /// Most characters (Unicode code points) a title may have.

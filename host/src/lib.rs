@@ -49,6 +49,7 @@ mod abi;
 mod bridge;
 mod cell;
 mod channel;
+mod clock;
 mod config;
 mod engine;
 mod error;
@@ -57,12 +58,12 @@ pub mod mcp;
 mod output;
 mod registry;
 mod result;
-mod results_describe;
 mod runs;
 mod runtime;
+#[cfg(feature = "mcp-server")]
 mod server;
 mod source;
-mod state;
+pub mod store;
 pub mod tools;
 
 pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX_SUSPENDED_RUNS};
@@ -76,9 +77,12 @@ pub use result::{
     WaitReason, Waiting,
 };
 pub use runtime::{Runtime, RuntimeBuilder};
+#[cfg(feature = "mcp-server")]
 pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
-pub use state::{Owner, STATE_FILE};
+#[cfg(feature = "sqlite")]
+pub use store::STATE_FILE;
+pub use store::{Owner, StateStore};
 
 /// The tool catalog and Tool Search (the `quickcell-catalog` crate).
 pub use quickcell_catalog as catalog;
@@ -197,8 +201,8 @@ pub mod testing {
             }
             let registry = crate::ToolRegistry::new();
             let tools = Arc::new(CellTools::new(registry.catalog(), &registry));
-            let state: Arc<dyn crate::state::StateStore> =
-                Arc::new(crate::state::MemoryStateStore::default());
+            let state: Arc<dyn crate::store::StateStore> =
+                Arc::new(crate::store::MemoryStateStore::default());
             RUNTIME.with(|rt| {
                 rt.block_on(async {
                     let mut bridge = Bridge::new(tools, 4, false)

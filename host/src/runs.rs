@@ -1,7 +1,7 @@
 //! The run registry: suspended-run slots, parked runs' live bridges, and
 //! the hand-over between a parked run and the `wait` that resumes it.
 //!
-//! The state store ([`crate::state`]) holds every parked run; this module
+//! The state store ([`crate::store`]) holds every parked run; this module
 //! adds what only the parking process has: the bridge whose requests are
 //! still running. While a run is parked its bridge is owned by a drainer
 //! task that records each settlement in the store as it lands — so a `wait`
@@ -26,11 +26,12 @@
 //! `exec` or `wait` of this runtime at once ([`RunRegistry::start_cell`]),
 //! so that one tenant cannot take every pool instance.
 
-use crate::bridge::{unix_ms, Bridge};
+use crate::bridge::Bridge;
+use crate::clock::unix_ms;
 use crate::config::HostLimits;
 #[cfg(doc)]
 use crate::config::MAX_SUSPENDED_RUNS;
-use crate::state::StateStore;
+use crate::store::StateStore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,7 +167,7 @@ impl RunRegistry {
     /// Takes a slot for a cell of `session` about to dispatch its first
     /// request, or says why it cannot: all slots are held, or the session
     /// holds its share.
-    pub(crate) fn take_slot(
+    pub(crate) async fn take_slot(
         self: &Arc<Self>,
         session: &str,
     ) -> anyhow::Result<Result<SlotGuard, SlotRefused>> {
@@ -179,11 +180,11 @@ impl RunRegistry {
             session: session.to_string(),
         };
         let now = unix_ms();
-        for expired in self.store.purge_expired(now)? {
+        for expired in self.store.purge_expired(now).await? {
             // Dropping an expired run's bridge cancels its requests.
             self.live().remove(&expired);
         }
-        let stored = self.store.count_runs()?;
+        let stored = self.store.count_runs().await?;
         if (held + stored) as u64 >= self.limits.max_suspended_runs {
             return Ok(Err(SlotRefused::Full));
         }
@@ -195,7 +196,7 @@ impl RunRegistry {
             .copied()
             .unwrap_or(1)
             - 1;
-        let session_stored = self.store.count_session_runs(session)?;
+        let session_stored = self.store.count_session_runs(session).await?;
         if (session_held + session_stored) as u64 >= self.limits.max_suspended_runs_per_session {
             return Ok(Err(SlotRefused::SessionShare));
         }
@@ -236,14 +237,14 @@ impl RunRegistry {
                     _ = after_tools.cancelled(), if !after_tools.is_cancelled() => {}
                     _ = &mut expired => {
                         // Dropping the bridge cancels its requests.
-                        let _ = store.purge_expired(unix_ms());
+                        let _ = store.purge_expired(unix_ms()).await;
                         return None;
                     }
                     settled = bridge.next_settlements() => {
                         let Some(settled) = settled else { return Some(bridge) };
                         for s in settled {
                             let json = serde_json::to_string(&s).unwrap_or_default();
-                            if let Err(e) = store.record_settlement(&id, generation, s.id, &json) {
+                            if let Err(e) = store.record_settlement(&id, generation, s.id, &json).await {
                                 tracing::warn!(run_id = %id, error = %e, "cannot record a settlement");
                             }
                         }

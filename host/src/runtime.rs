@@ -10,7 +10,7 @@ use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::runs::RunRegistry;
-use crate::state::{MemoryStateStore, Owner, SqliteStateStore, StateStore};
+use crate::store::{MemoryStateStore, Owner, StateStore};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -37,13 +37,27 @@ async fn caught<T, F: std::future::Future<Output = T>>(call: F) -> Option<T> {
 /// environment, no arguments, no network, a closed stdin, and discarded
 /// stdout/stderr; its only way out is the bridge. Limits default to the
 /// contract's values ([`Limits::default`]).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RuntimeBuilder {
     limits: Limits,
     host_limits: HostLimits,
     tools: ToolRegistry,
     mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
+    state_store: Option<Arc<dyn StateStore>>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("limits", &self.limits)
+            .field("host_limits", &self.host_limits)
+            .field("tools", &self.tools)
+            .field("mcp_servers", &self.mcp_servers)
+            .field("state_dir", &self.state_dir)
+            .field("state_store", &self.state_store.as_ref().map(|_| ".."))
+            .finish()
+    }
 }
 
 impl RuntimeBuilder {
@@ -79,8 +93,20 @@ impl RuntimeBuilder {
     /// missing), so they survive this process and can be resumed by any
     /// process that uses the same directory. Without it, parked runs live
     /// in this runtime's memory and end with it.
+    ///
+    /// Needs the `sqlite` feature (on by default); without it
+    /// [`RuntimeBuilder::build`] fails with [`Error::Config`].
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Keeps parked runs, session values and saved results in `store`
+    /// (another backend of [`StateStore`]); it takes precedence over
+    /// [`RuntimeBuilder::state_dir`]. Every runtime that shares the store's
+    /// data can resume the runs of the others.
+    pub fn state_store(mut self, store: Arc<dyn StateStore>) -> Self {
+        self.state_store = Some(store);
         self
     }
 
@@ -105,12 +131,10 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
-        let store: Arc<dyn StateStore> = match &self.state_dir {
-            Some(dir) => Arc::new(
-                SqliteStateStore::open(Some(dir))
-                    .map_err(|e| Error::StateStore(format!("{e:#}")))?,
-            ),
-            None => Arc::new(MemoryStateStore::default()),
+        let store: Arc<dyn StateStore> = match (self.state_store.take(), &self.state_dir) {
+            (Some(store), _) => store,
+            (None, Some(dir)) => open_state_dir(dir)?,
+            (None, None) => Arc::new(MemoryStateStore::default()),
         };
         let runs = Arc::new(RunRegistry::new(store, self.host_limits));
         let (mcp, connected) = McpClients::start(std::mem::take(&mut self.mcp_servers)).await;
@@ -129,6 +153,24 @@ impl RuntimeBuilder {
             mcp,
         })
     }
+}
+
+/// The SQLite state store in `dir`.
+#[cfg(feature = "sqlite")]
+fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
+    match crate::store::SqliteStateStore::open(Some(dir)) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(Error::StateStore(format!("{e:#}"))),
+    }
+}
+
+/// Without SQLite there is no state directory.
+#[cfg(not(feature = "sqlite"))]
+fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
+    Err(Error::Config(format!(
+        "a state directory ({}) needs quickcell's `sqlite` feature, which this build lacks; give the runtime a state store with RuntimeBuilder::state_store instead",
+        dir.display()
+    )))
 }
 
 /// A quickcell runtime: runs cells under one set of limits.

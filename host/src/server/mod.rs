@@ -88,7 +88,7 @@ use serde_json::{json, Value};
 
 use crate::error::Error;
 use crate::result::CellResult;
-use crate::state::Owner;
+use crate::store::Owner;
 use crate::Runtime;
 use tool_search::CatalogReply;
 pub use transport::HttpOptions;

@@ -1,0 +1,84 @@
+//! Tool calls (`callValue {callable, input}`): resolved, repaired and
+//! validated by the catalog, refused in a `restartSafe` cell when the tool
+//! is not replay-safe, then run by the tool's implementation.
+
+use super::catalog::CellTools;
+use super::settlement::{catalog_err, err, malformed, ok};
+use super::{Start, Work};
+use crate::tools::ToolErrorCode;
+use quickcell_catalog::SourceKind;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Message of a restart-safe cell calling a tool that is not replay-safe.
+pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools.";
+
+/// Message of a restart-safe cell calling an MCP (namespace) tool.
+pub(crate) const RESTART_SAFE_NAMESPACE_CALL: &str =
+    "restart-safe code mode cannot call namespace tools.";
+
+/// Arguments of a `callValue` request.
+#[derive(serde::Deserialize)]
+struct CallValueArgs {
+    callable: String,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+/// Starts a tool call. A tool that answers without waiting (a lookup, a
+/// no-op, anything done in its first poll) settles with this batch.
+pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &str) -> Start {
+    let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
+        Ok(args) => args,
+        Err(e) => return Start::Settled(malformed(id, e)),
+    };
+    let callable = callable.as_str();
+    let prepared = match tools
+        .catalog
+        .guest_prepare_call(&tools.projection, callable, input)
+    {
+        Ok(p) => p,
+        Err(e) => return Start::Settled(catalog_err(id, e)),
+    };
+    if prepared.source == SourceKind::Mcp && restart_safe {
+        return Start::Settled(err(id, RESTART_SAFE_NAMESPACE_CALL, "invalid_input"));
+    }
+    let Some(tool) = tools.implementation(&prepared) else {
+        return Start::Settled(err(
+            id,
+            format!("Unknown catalog function: {callable}."),
+            "invalid_input",
+        ));
+    };
+    // The catalog's mark: only trusted host tools carry it.
+    let replay_safe = prepared.replay_safe;
+    if restart_safe && !replay_safe {
+        return Start::Settled(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
+    }
+    let token = CancellationToken::new();
+    let catalog = tools.catalog.clone();
+    let call_token = token.clone();
+    let call = async move {
+        let name = prepared.display_name.clone();
+        match tool.call(prepared.arguments, call_token).await {
+            Ok(value) => match catalog.check_output(&prepared.id, &name, &value) {
+                Ok(()) => ok(id, value),
+                Err(e) => catalog_err(id, e),
+            },
+            Err(e) => {
+                let code = match e.code {
+                    ToolErrorCode::InvalidInput => "invalid_input",
+                    _ => "tool_error",
+                };
+                err(id, e.message, code)
+            }
+        }
+    };
+    Start::Work(Work {
+        future: Box::pin(call),
+        token: Some(token),
+        replay_safe,
+        poll_first: true,
+        due_unix_ms: None,
+    })
+}

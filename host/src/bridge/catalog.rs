@@ -1,0 +1,146 @@
+//! The cell's view of the catalog: [`CellTools`] (catalog, callable
+//! projection, implementations and the guest's start options, built once
+//! per runtime) and the catalog requests (`search`, `describe`, `apiRead`,
+//! `mcpApi`), which settle at once.
+
+use super::settlement::{catalog_err, err, ok, ok_raw, Settlement};
+use crate::tools::{Tool, ToolSet};
+use quickcell_catalog::{Catalog, Projection, SourceKind};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What the cell's tools are: the catalog, the callable projection and the
+/// implementations.
+pub(crate) struct CellTools {
+    pub catalog: Arc<Catalog>,
+    pub projection: Arc<Projection>,
+    pub tools: ToolSet,
+    /// MCP tools by catalog id.
+    pub mcp_tools: HashMap<String, Arc<dyn Tool>>,
+    /// The `MCP` namespace for the guest: per server, its identifier and
+    /// its tools' identifiers joined by newlines (identifiers are
+    /// alphanumeric), in catalog order. One string per server keeps the
+    /// per-cell cost independent of the number of tools.
+    pub mcp_layout: Vec<Vec<String>>,
+    /// The untrusted source every cell may see (see [`untrusted_in_catalog`]).
+    pub untrusted_source: Option<&'static str>,
+    /// The catalog's members of the guest's start options, as JSON text
+    /// built once: `"toolNames"` (the callable names of the tool globals,
+    /// sorted as `catalog.all()` lists them, joined by newlines) and
+    /// `"mcpLayout"`.
+    pub start_options: String,
+    /// JSON array of the handles' metadata, in `toolNames` order.
+    pub metas_json: String,
+}
+
+impl CellTools {
+    /// The implementation a prepared call reaches: MCP tools by catalog id
+    /// (their names may repeat across servers and with host tools), the
+    /// others by name.
+    pub(crate) fn implementation(
+        &self,
+        prepared: &quickcell_catalog::PreparedCall,
+    ) -> Option<Arc<dyn Tool>> {
+        match prepared.source {
+            SourceKind::Mcp => self.mcp_tools.get(&prepared.id).cloned(),
+            _ => self.tools.get(&prepared.tool_name).cloned(),
+        }
+    }
+
+    pub(crate) fn new(catalog: Catalog, registry: &crate::registry::ToolRegistry) -> Self {
+        let projection = catalog.callable_projection();
+        let mcp_layout = catalog
+            .mcp_servers()
+            .iter()
+            .map(|server| {
+                let tools: Vec<&str> = catalog
+                    .mcp_server_entries(server)
+                    .filter_map(|e| e.mcp_identifiers().map(|(_, t)| t))
+                    .collect();
+                vec![server.identifier.clone(), tools.join("\n")]
+            })
+            .collect();
+        let metas = catalog.guest_all(&projection);
+        let callable_names: Vec<&str> = metas.iter().map(|m| m.callable_name.as_str()).collect();
+        let start_options = format!(
+            r#""toolNames":{},"mcpLayout":{}"#,
+            serde_json::Value::from(callable_names.join("\n")),
+            serde_json::to_string(&mcp_layout).expect("the layout serializes"),
+        );
+        let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
+        let untrusted_source = untrusted_in_catalog(&catalog);
+        Self {
+            catalog: Arc::new(catalog),
+            projection: Arc::new(projection),
+            tools: registry.tools().clone(),
+            mcp_tools: registry.mcp_tools(),
+            mcp_layout,
+            untrusted_source,
+            start_options,
+            metas_json,
+        }
+    }
+}
+
+/// The untrusted source any cell of this catalog may see: `"mcp"` when it
+/// has MCP tools, else `"client"` when it has client tools.
+fn untrusted_in_catalog(catalog: &Catalog) -> Option<&'static str> {
+    let kinds = || catalog.entries().iter().map(|e| e.kind());
+    if kinds().any(|k| k == SourceKind::Mcp) {
+        Some("mcp")
+    } else if kinds().any(|k| k == SourceKind::Client) {
+        Some("client")
+    } else {
+        None
+    }
+}
+
+/// Whether `method` is a catalog request ([`request`] answers it).
+pub(crate) fn is_catalog_request(method: &str) -> bool {
+    matches!(method, "search" | "describe" | "apiRead" | "mcpApi")
+}
+
+/// Answers a catalog request (`search {query, limit}`, `describe
+/// {callable}`, `apiRead {path}`, `mcpApi {server, method, schema}`) at
+/// once.
+pub(crate) fn request(tools: &CellTools, id: u64, method: &str, args: &Value) -> Settlement {
+    match method {
+        "search" => {
+            let query = args["query"].as_str().unwrap_or("");
+            let limit = args.get("limit").filter(|v| !v.is_null());
+            let metas = tools.catalog.guest_search(&tools.projection, query, limit);
+            match serde_json::value::to_raw_value(&metas) {
+                Ok(raw) => ok_raw(id, raw),
+                Err(e) => err(
+                    id,
+                    format!("search results are not JSON: {e}"),
+                    "tool_error",
+                ),
+            }
+        }
+        "apiRead" => {
+            let path = args["path"].as_str().unwrap_or("");
+            match tools.catalog.api_read(&tools.projection, path) {
+                Ok(text) => ok(id, Value::String(text)),
+                Err(e) => catalog_err(id, e),
+            }
+        }
+        "mcpApi" => {
+            let server = args["server"].as_str().unwrap_or("");
+            let method = args["method"].as_str();
+            let schema = args["schema"].as_bool().unwrap_or(false);
+            match tools.catalog.mcp_api(server, method, schema) {
+                Ok(v) => ok(id, v),
+                Err(e) => catalog_err(id, e),
+            }
+        }
+        _ => {
+            let callable = args["callable"].as_str().unwrap_or("");
+            match tools.catalog.guest_describe(&tools.projection, callable) {
+                Ok(v) => ok(id, v),
+                Err(e) => catalog_err(id, e),
+            }
+        }
+    }
+}

@@ -1,0 +1,702 @@
+//! Dispatch of the bridge requests a cell makes: tool calls, catalog search
+//! and describe, timers and `yield_control`.
+//!
+//! Requests the guest queues during one guest run arrive as a batch. At most
+//! `maxPendingToolCalls` run at once (tokio tasks); up to
+//! [`MAX_QUEUED_REQUESTS`] more wait in order. A batch that would overflow
+//! the queue fails the cell with `invalid_input` and dispatches nothing of
+//! that batch. Every dispatched request is required until the cell ends:
+//! detached calls (`void`, `Promise.race` losers) are drained, never aborted.
+//! A tool that panics settles as a tool error; the host keeps running.
+//!
+//! Request methods (guest → host, JSON arguments):
+//! `callValue {callable, input}`, `search {query, limit}`,
+//! `describe {callable}`, `apiRead {path}` (`API.read`),
+//! `mcpApi {server, method, schema}` (`MCP.<server>.$api`), `sleep {ms}`,
+//! `yield {reason}`, and the session-store and saved-results requests.
+//! MCP tools are called with `callValue` and their `MCP.<server>.<tool>`
+//! callable name.
+//! Settlements (host → guest): `{"id":N,"ok":true,"value":..}` or
+//! `{"id":N,"ok":false,"error":{"message":..,"code":..}}`.
+//!
+//! `yield` requests are held, not settled: a pending yield makes the cell
+//! park (see the `cell` module), and the yield settles with `undefined` on
+//! the next `wait`.
+//!
+//! # Suspension
+//!
+//! The bridge remembers every request until it settles ([`Outstanding`]):
+//! its method and arguments, whether it was started, whether the tool is
+//! replay-safe, and a timer's absolute due time. When the cell parks,
+//! [`Bridge::parked_state`] captures this (with settlements not yet
+//! delivered) for the snapshot. A `wait` in the same process continues with
+//! the same bridge, whose tool calls kept running. A `wait` elsewhere (or
+//! after a restart) rebuilds the bridge with [`Bridge::restore`]: requests
+//! that never started are queued again; started replay-safe requests are
+//! dispatched again (a timer only for the time it had left); a started
+//! request that is not replay-safe settles with an error saying that its
+//! effect is unknown.
+//!
+//! # restartSafe cells
+//!
+//! In a `restartSafe` cell a call to a tool that is not marked replay-safe
+//! is rejected (a catchable error, code `invalid_input`) with the contract's
+//! message, and is never dispatched.
+
+mod calls;
+mod catalog;
+pub(crate) mod results;
+mod session_store;
+mod settlement;
+mod timers;
+
+pub(crate) use catalog::CellTools;
+pub(crate) use results::save_result;
+pub(crate) use settlement::Settlement;
+
+use crate::abi::BridgeRequest;
+use crate::clock::unix_ms;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use session_store::CellSessionStore;
+use settlement::{err, malformed, ok_null, queue_overflow, tool_panicked};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Ordinary requests that may wait beyond the in-flight cap (contract §6).
+pub(crate) const MAX_QUEUED_REQUESTS: usize = 128;
+
+/// Message of a call whose host ended while it was in flight.
+pub(crate) const EFFECT_UNKNOWN: &str = "the host that ran this tool call ended while it was in flight, and the tool is not replay-safe, so it was not run again: its effect is unknown. Check the tool's state before calling it again.";
+
+/// A request that has not settled yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Outstanding {
+    pub method: String,
+    pub args_json: Arc<str>,
+    /// Dispatched to the host (not only queued).
+    pub started: bool,
+    /// Running it again after a host restart is harmless.
+    pub replay_safe: bool,
+    /// A timer's due time, in Unix milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub due_unix_ms: Option<u64>,
+}
+
+/// What a parked cell's snapshot keeps of its bridge.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct BridgeState {
+    /// Unsettled requests (queued, in flight or yields), by id.
+    pub outstanding: BTreeMap<u64, Outstanding>,
+    /// Settlements not delivered to the guest yet.
+    pub ready: Vec<Settlement>,
+    /// Held `yield` requests.
+    pub yields: Vec<u64>,
+    pub dispatch_started: bool,
+    /// Buffered session-store writes (`None` deletes), committed when the
+    /// cell completes.
+    #[serde(default)]
+    pub store_writes: BTreeMap<String, Option<String>>,
+}
+
+/// The session and agent run a cell's `store` / `load` / `results` reach.
+#[derive(Clone)]
+pub(crate) struct SessionAccess {
+    pub state: Arc<dyn crate::store::StateStore>,
+    pub owner: crate::store::Owner,
+}
+
+/// How a request starts.
+pub(crate) enum Start {
+    /// It settled at once.
+    Settled(Settlement),
+    /// It has work to run.
+    Work(Work),
+}
+
+impl Start {
+    /// Work that may finish in its first poll, cancelled only with the cell.
+    fn work(future: impl Future<Output = Settlement> + Send + 'static) -> Self {
+        Start::Work(Work {
+            future: Box::pin(future),
+            token: None,
+            replay_safe: true,
+            poll_first: true,
+            due_unix_ms: None,
+        })
+    }
+}
+
+/// A request's work.
+pub(crate) struct Work {
+    pub future: Pin<Box<dyn Future<Output = Settlement> + Send>>,
+    /// Cancels it (a cleared timer; every request when the cell ends).
+    pub token: Option<CancellationToken>,
+    /// Running it again after a host restart is harmless.
+    pub replay_safe: bool,
+    /// Polled once before it becomes a task, so that work done at once
+    /// settles with the current batch.
+    pub poll_first: bool,
+    /// A timer's due time, in Unix milliseconds.
+    pub due_unix_ms: Option<u64>,
+}
+
+/// The bridge state of one cell: its requests, queued, running and settled.
+pub(crate) struct Bridge {
+    tools: Arc<CellTools>,
+    max_in_flight: usize,
+    restart_safe: bool,
+    in_flight: JoinSet<Settlement>,
+    tokens: HashMap<u64, CancellationToken>,
+    queued: VecDeque<BridgeRequest>,
+    ready: Vec<Settlement>,
+    yields: Vec<u64>,
+    outstanding: BTreeMap<u64, Outstanding>,
+    /// Largest settlement value delivered to the guest, in bytes of JSON.
+    reply_inbox_bytes: usize,
+    session: Option<SessionAccess>,
+    session_store: CellSessionStore,
+    /// The untrusted provider whose content the cell may see (see
+    /// [`untrusted_in_catalog`]).
+    untrusted_source: Option<&'static str>,
+    /// Whether any request was accepted for dispatch.
+    pub dispatch_started: bool,
+}
+
+impl Bridge {
+    pub(crate) fn new(tools: Arc<CellTools>, max_in_flight: usize, restart_safe: bool) -> Self {
+        Self {
+            max_in_flight: max_in_flight.max(1),
+            restart_safe,
+            in_flight: JoinSet::new(),
+            tokens: HashMap::new(),
+            queued: VecDeque::new(),
+            ready: Vec::new(),
+            yields: Vec::new(),
+            outstanding: BTreeMap::new(),
+            reply_inbox_bytes: usize::MAX,
+            session: None,
+            session_store: CellSessionStore::default(),
+            // MCP tool identifiers (derived from untrusted names) reach every
+            // cell through the `MCP` namespace, client tools' metadata through
+            // `catalog.all()`; and a cell of such a runtime may load stored
+            // values that came from them.
+            untrusted_source: tools.untrusted_source,
+            tools,
+            dispatch_started: false,
+        }
+    }
+
+    /// The untrusted provider whose content the cell may have seen.
+    pub(crate) fn untrusted_source(&self) -> Option<&'static str> {
+        self.untrusted_source
+    }
+
+    /// Gives the cell its session store and saved results.
+    pub(crate) fn with_session(mut self, session: SessionAccess) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// The buffered session-store writes, taken (to commit them).
+    pub(crate) fn take_store_writes(&mut self) -> Vec<(String, Option<String>)> {
+        self.session_store.buffered().take().into_iter().collect()
+    }
+
+    /// Caps each settlement value at `bytes` of JSON (the cell's reply
+    /// inbox, contract §6: `min(memoryLimitBytes, maxSnapshotBytes)`). A
+    /// larger search result rejects with guidance to narrow the query; a
+    /// larger tool result rejects with `tool_error`. Neither is cut.
+    pub(crate) fn with_reply_inbox(mut self, bytes: usize) -> Self {
+        self.reply_inbox_bytes = bytes;
+        self
+    }
+
+    /// Replaces a successful settlement whose value would overflow the
+    /// reply inbox with an error.
+    fn fit_inbox(&self, settlement: Settlement, method: &str) -> Settlement {
+        // A description and a session value have caps of their own.
+        if matches!(method, "describe" | "storeGet" | "storeSet") {
+            return settlement;
+        }
+        let Some(value) = settlement.value.as_ref().filter(|_| settlement.ok) else {
+            return settlement;
+        };
+        let size = value.get().len();
+        if size <= self.reply_inbox_bytes {
+            return settlement;
+        }
+        let id = settlement.id;
+        let cap = self.reply_inbox_bytes;
+        if method == "search" {
+            err(
+                id,
+                format!("catalog.search found more matching tools than the reply inbox holds ({size} bytes of metadata; at most {cap}). Narrow the query or pass a smaller limit."),
+                "invalid_input",
+            )
+        } else {
+            err(
+                id,
+                format!("the result of this call is {size} bytes of JSON; the cell's reply inbox holds at most {cap} bytes. Ask the tool for less data."),
+                "tool_error",
+            )
+        }
+    }
+
+    /// Rebuilds the bridge of a parked cell in a host that does not hold
+    /// its running requests (see the module docs). `recorded` are
+    /// settlements the parking host stored after the checkpoint.
+    pub(crate) fn restore(
+        tools: Arc<CellTools>,
+        max_in_flight: usize,
+        restart_safe: bool,
+        state: BridgeState,
+        recorded: Vec<Settlement>,
+    ) -> Self {
+        let mut bridge = Self::new(tools, max_in_flight, restart_safe);
+        bridge.dispatch_started = state.dispatch_started;
+        bridge.session_store = CellSessionStore::restored(state.store_writes);
+        bridge.ready = state.ready;
+        bridge.yields = state.yields;
+        let mut outstanding = state.outstanding;
+        for settlement in recorded {
+            if outstanding.remove(&settlement.id).is_some() {
+                bridge.ready.push(settlement);
+            }
+        }
+        let now = unix_ms();
+        for (id, request) in outstanding {
+            if bridge.yields.contains(&id) {
+                bridge.outstanding.insert(id, request);
+                continue;
+            }
+            if request.started && !request.replay_safe {
+                bridge.ready.push(err(id, EFFECT_UNKNOWN, "tool_error"));
+                continue;
+            }
+            let args_json = match request.due_unix_ms {
+                Some(due) => Arc::from(format!("{{\"ms\":{}}}", due.saturating_sub(now))),
+                None => request.args_json.clone(),
+            };
+            bridge.queued.push_back(BridgeRequest {
+                id,
+                method: request.method.clone(),
+                args_json,
+                oversized_args: None,
+                over_outstanding_cap: false,
+            });
+            bridge.outstanding.insert(id, request);
+        }
+        // Dispatch starts with the caller's next `collect_finished`, after
+        // it has set the reply inbox.
+        bridge
+    }
+
+    /// What the snapshot keeps of this bridge.
+    pub(crate) fn parked_state(&self) -> BridgeState {
+        BridgeState {
+            outstanding: self.outstanding.clone(),
+            ready: self.ready.clone(),
+            yields: self.yields.clone(),
+            dispatch_started: self.dispatch_started,
+            store_writes: self.session_store.buffered().writes().clone(),
+        }
+    }
+
+    /// Whether a `yield` request is held.
+    pub(crate) fn has_yield(&self) -> bool {
+        !self.yields.is_empty()
+    }
+
+    /// Settles every held `yield` with `undefined`.
+    pub(crate) fn release_yields(&mut self) {
+        for id in std::mem::take(&mut self.yields) {
+            self.outstanding.remove(&id);
+            self.ready.push(ok_null(id));
+        }
+    }
+
+    /// Whether every unsettled request is a `yield`.
+    pub(crate) fn only_yields(&self) -> bool {
+        self.outstanding.len() == self.yields.len()
+    }
+
+    /// Unsettled requests as `(id, method)`, in id order.
+    pub(crate) fn pending_calls(&self) -> Vec<(u64, String)> {
+        self.outstanding
+            .iter()
+            .map(|(id, r)| (*id, r.method.clone()))
+            .collect()
+    }
+
+    /// Whether tool calls (not timers or yields) are queued or running.
+    pub(crate) fn has_tool_work(&self) -> bool {
+        self.outstanding
+            .values()
+            .any(|r| r.method != "sleep" && r.method != "yield")
+    }
+
+    /// Accepts a batch of new requests. Fails with the contract's queue
+    /// message when the batch would overflow the queue; nothing of the batch
+    /// is dispatched then.
+    ///
+    /// `dropped` counts requests of the batch the host did not record (past
+    /// `MAX_REQUESTS_PER_GUEST_RUN`); they only count against the queue.
+    /// A request whose arguments would make the cell's outstanding requests
+    /// hold more than `MAX_OUTSTANDING_ARGS_BYTES` settles at once with a
+    /// catchable error instead of being queued.
+    pub(crate) fn accept(
+        &mut self,
+        batch: Vec<BridgeRequest>,
+        dropped: usize,
+    ) -> Result<(), String> {
+        if batch.is_empty() && dropped == 0 {
+            return Ok(());
+        }
+        self.check_capacity(batch.len() + dropped)?;
+        if dropped > 0 {
+            // Requests the host did not record can never settle; a batch with
+            // any overflows the queue however the in-flight cap was set.
+            return Err(queue_overflow(self.max_in_flight));
+        }
+        self.dispatch_started = true;
+        let mut held: usize = self.outstanding.values().map(|o| o.args_json.len()).sum();
+        for mut request in batch {
+            let len = request.args_json.len();
+            if request.oversized_args.is_none()
+                && held.saturating_add(len) > crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+            {
+                request.oversized_args = Some(len);
+                request.over_outstanding_cap = true;
+                request.args_json = Arc::from("");
+            }
+            held += request.args_json.len();
+            if request.method == "yield" {
+                self.yields.push(request.id);
+            } else {
+                self.queued.push_back(request.clone());
+            }
+            self.outstanding.insert(
+                request.id,
+                Outstanding {
+                    method: request.method,
+                    args_json: request.args_json,
+                    started: false,
+                    replay_safe: false,
+                    due_unix_ms: None,
+                },
+            );
+        }
+        self.pump();
+        Ok(())
+    }
+
+    /// Fails with the contract's queue message when `new` more requests
+    /// would overflow the queue.
+    pub(crate) fn check_capacity(&self, new: usize) -> Result<(), String> {
+        let outstanding = self.in_flight.len() + self.queued.len() + new;
+        if outstanding > self.max_in_flight + MAX_QUEUED_REQUESTS {
+            return Err(queue_overflow(self.max_in_flight));
+        }
+        Ok(())
+    }
+
+    /// Stops requests the guest no longer needs (cleared timers).
+    pub(crate) fn cancel(&mut self, ids: Vec<u64>) {
+        for id in ids {
+            if let Some(token) = self.tokens.get(&id) {
+                token.cancel();
+            } else if let Some(pos) = self.queued.iter().position(|r| r.id == id) {
+                self.queued.remove(pos);
+                self.outstanding.remove(&id);
+                self.ready.push(ok_null(id));
+            }
+        }
+    }
+
+    /// Whether any request is still outstanding.
+    pub(crate) fn has_work(&self) -> bool {
+        !self.in_flight.is_empty()
+            || !self.queued.is_empty()
+            || !self.ready.is_empty()
+            || !self.yields.is_empty()
+    }
+
+    /// Collects requests that finished since the last look (without
+    /// waiting), so they are delivered together with what is ready.
+    pub(crate) fn collect_finished(&mut self) {
+        while let Some(result) = self.in_flight.try_join_next() {
+            self.settled(result);
+        }
+        self.pump();
+    }
+
+    /// Settlements ready for the guest, taken: the oldest ones, as many as
+    /// fit the reply inbox in bytes (always at least one). The rest stay
+    /// ready for the next batch, so one delivery — and the JSON text built
+    /// for it — never holds more than the inbox plus one reply.
+    pub(crate) fn take_ready(&mut self) -> Vec<Settlement> {
+        let mut bytes = 0usize;
+        let fit = self
+            .ready
+            .iter()
+            .take_while(|s| {
+                let first = bytes == 0;
+                bytes = bytes.saturating_add(s.bytes());
+                first || bytes <= self.reply_inbox_bytes
+            })
+            .count();
+        if fit == self.ready.len() {
+            return std::mem::take(&mut self.ready);
+        }
+        let rest = self.ready.split_off(fit);
+        std::mem::replace(&mut self.ready, rest)
+    }
+
+    /// Bytes of the settlements waiting for delivery.
+    fn ready_bytes(&self) -> usize {
+        self.ready.iter().map(Settlement::bytes).sum()
+    }
+
+    /// Starts queued requests while in-flight slots are free and the
+    /// replies waiting for delivery take less than the reply inbox: while
+    /// the guest is not taking replies (a parked cell), requests stay
+    /// queued instead of piling up more replies on the host.
+    fn pump(&mut self) {
+        // With nothing waiting, requests always start (whatever the inbox
+        // was set to), so a cell can never stall with work queued.
+        while self.in_flight.len() < self.max_in_flight
+            && (self.ready.is_empty() || self.ready_bytes() < self.reply_inbox_bytes)
+        {
+            let Some(request) = self.queued.pop_front() else {
+                break;
+            };
+            self.start(request);
+        }
+    }
+
+    fn start(&mut self, request: BridgeRequest) {
+        let id = request.id;
+        let ready_before = self.ready.len();
+        let replay_safe = self.start_request(request);
+        if self.ready.len() > ready_before {
+            // Settled at once (search, describe, a rejected call).
+            self.outstanding.remove(&id);
+        } else if let Some(o) = self.outstanding.get_mut(&id) {
+            o.started = true;
+            o.replay_safe = replay_safe;
+        }
+    }
+
+    /// Starts one request; returns whether it is replay-safe. A request
+    /// that settles at once pushes its settlement to `ready`.
+    fn start_request(&mut self, request: BridgeRequest) -> bool {
+        let id = request.id;
+        let method = request.method.as_str();
+        let start = if let Some(size) = request.oversized_args {
+            let message = if request.over_outstanding_cap {
+                format!(
+                    "the arguments of this call ({size} bytes of JSON) would make this cell's unsettled calls hold more than {} bytes of arguments. Await earlier calls before making more, or pass less data.",
+                    crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+                )
+            } else {
+                format!(
+                    "the arguments of this call are {size} bytes of JSON; the bridge accepts at most {} bytes. Pass less data.",
+                    crate::abi::MAX_REQUEST_ARGS_BYTES
+                )
+            };
+            Start::Settled(err(id, message, "invalid_input"))
+        } else if method == "callValue" {
+            calls::start(&self.tools, self.restart_safe, id, &request.args_json)
+        } else {
+            match serde_json::from_str::<Value>(&request.args_json) {
+                Err(e) => Start::Settled(malformed(id, e)),
+                Ok(args) => self.start_with_args(id, method, args),
+            }
+        };
+        self.begin(id, method, start)
+    }
+
+    /// Starts a request other than a tool call, its arguments parsed.
+    fn start_with_args(&mut self, id: u64, method: &str, args: Value) -> Start {
+        match method {
+            m if catalog::is_catalog_request(m) => {
+                Start::Settled(catalog::request(&self.tools, id, m, &args))
+            }
+            "resultSave" | "resultLoad" | "resultDelete" => match self.session_for("results") {
+                Ok(session) => Start::work(results::request(
+                    session,
+                    id,
+                    method.to_string(),
+                    args,
+                    self.reply_inbox_bytes,
+                )),
+                Err(message) => Start::Settled(err(id, message, "invalid_input")),
+            },
+            "storeSet" | "storeGet" => match self.session_for("the session store") {
+                Ok(session) => Start::work(self.session_store.clone().request(
+                    session,
+                    id,
+                    method.to_string(),
+                    args,
+                )),
+                Err(message) => Start::Settled(err(id, message, "invalid_input")),
+            },
+            "sleep" => timers::start(id, &args),
+            other => Start::Settled(err(
+                id,
+                format!("unknown bridge method `{other}`"),
+                "invalid_input",
+            )),
+        }
+    }
+
+    /// Settles a request at once, or runs its work: polled once here when
+    /// it may finish at once (it then settles with this batch, without a
+    /// task), else as a task. Returns whether the request is replay-safe.
+    fn begin(&mut self, id: u64, method: &str, start: Start) -> bool {
+        let work = match start {
+            Start::Settled(settlement) => {
+                let settlement = self.fit_inbox(settlement, method);
+                self.ready.push(settlement);
+                return true;
+            }
+            Start::Work(work) => work,
+        };
+        let Work {
+            mut future,
+            token,
+            replay_safe,
+            poll_first,
+            due_unix_ms,
+        } = work;
+        if let (Some(due), Some(o)) = (due_unix_ms, self.outstanding.get_mut(&id)) {
+            o.due_unix_ms = Some(due);
+        }
+        if !poll_first {
+            if let Some(token) = token {
+                self.tokens.insert(id, token);
+            }
+            self.in_flight.spawn(future);
+            return replay_safe;
+        }
+        let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            future
+                .as_mut()
+                .poll(&mut Context::from_waker(std::task::Waker::noop()))
+        }));
+        match first_poll {
+            Ok(Poll::Ready(settlement)) => {
+                let settlement = self.fit_inbox(settlement, method);
+                self.ready.push(settlement);
+                return replay_safe;
+            }
+            Ok(Poll::Pending) => {}
+            Err(_) => {
+                self.ready.push(tool_panicked(id));
+                return replay_safe;
+            }
+        }
+        if let Some(token) = token {
+            self.tokens.insert(id, token);
+        }
+        // The inner task isolates a panicking tool: its settlement
+        // becomes a tool error and the host keeps serving.
+        self.in_flight.spawn(async move {
+            match tokio::spawn(future).await {
+                Ok(settlement) => settlement,
+                Err(_) => tool_panicked(id),
+            }
+        });
+        replay_safe
+    }
+
+    /// The session the cell's `store` / `load` reach, or the error a
+    /// request gets when there is none.
+    fn session_for(&self, what: &str) -> Result<SessionAccess, String> {
+        if self.restart_safe {
+            return Err(format!(
+                "{what} is unavailable in restart-safe code mode: it cannot be replayed safely."
+            ));
+        }
+        match &self.session {
+            Some(s) if !s.owner.session.is_empty() || what.starts_with("results") => Ok(s.clone()),
+            _ => Err(format!(
+                "{what} needs a session: this run has no bound session (set one with --session or Owner::session)."
+            )),
+        }
+    }
+
+    /// Waits for the next settlements: everything already settled, or the
+    /// first request to settle, whichever comes first. `None` when the
+    /// deadline passes first.
+    /// Without a deadline it waits as long as requests run.
+    pub(crate) async fn next_batch(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Option<Vec<Settlement>> {
+        if self.ready.is_empty() && !self.in_flight.is_empty() {
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                joined = self.in_flight.join_next() => {
+                    if let Some(result) = joined {
+                        self.settled(result);
+                    }
+                }
+                _ = sleep => return None,
+            }
+        }
+        while let Some(result) = self.in_flight.try_join_next() {
+            self.settled(result);
+        }
+        self.pump();
+        Some(self.take_ready())
+    }
+
+    /// Waits until a running request settles; returns the settlements that
+    /// became ready meanwhile (they also stay ready for the guest). `None`
+    /// when nothing runs.
+    pub(crate) async fn next_settlements(&mut self) -> Option<Vec<Settlement>> {
+        let before = self.ready.len();
+        let joined = self.in_flight.join_next().await?;
+        self.settled(joined);
+        self.pump();
+        Some(self.ready[before..].to_vec())
+    }
+
+    fn settled(&mut self, result: Result<Settlement, tokio::task::JoinError>) {
+        match result {
+            Ok(settlement) => {
+                let mut settlement = settlement;
+                let id = settlement.id;
+                self.tokens.remove(&id);
+                if let Some(request) = self.outstanding.remove(&id) {
+                    settlement = self.fit_inbox(settlement, &request.method);
+                }
+                self.ready.push(settlement);
+            }
+            // Tasks only end this way when aborted, which happens only when
+            // the bridge is dropped.
+            Err(e) => tracing::error!(error = %e, "a bridge task ended without a settlement"),
+        }
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        for token in self.tokens.values() {
+            token.cancel();
+        }
+    }
+}

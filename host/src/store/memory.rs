@@ -1,0 +1,230 @@
+use super::{
+    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunStore, SessionStore, StateStore,
+    StoreResult,
+};
+use async_trait::async_trait;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// [`StateStore`] in this process's memory: runs end with the runtime.
+#[derive(Default)]
+pub struct MemoryStateStore {
+    runs: Mutex<HashMap<String, MemoryRun>>,
+    /// (session, key) → value.
+    session_store: Mutex<HashMap<(String, String), String>>,
+    /// (agent run, id) → JSON.
+    results: Mutex<HashMap<(String, String), String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct MemoryRun {
+    run: ParkedRun,
+    /// `Some(until)` while a `wait` holds it.
+    claimed_until_ms: Option<u64>,
+    settlements: Vec<(u64, u64, String)>,
+}
+
+impl MemoryStateStore {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, MemoryRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl StateStore for MemoryStateStore {
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+#[async_trait]
+impl RunStore for MemoryStateStore {
+    async fn park(&self, run: ParkedRun) -> StoreResult<()> {
+        let mut runs = self.runs();
+        let settlements = runs
+            .remove(&run.run_id)
+            .map(|old| old.settlements)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(generation, _, _)| *generation >= run.generation)
+            .collect();
+        runs.insert(
+            run.run_id.clone(),
+            MemoryRun {
+                run,
+                claimed_until_ms: None,
+                settlements,
+            },
+        );
+        Ok(())
+    }
+
+    async fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> StoreResult<Result<Claimed, ClaimRefused>> {
+        let mut runs = self.runs();
+        let Some(entry) = runs.get_mut(run_id) else {
+            return Ok(Err(ClaimRefused::Unavailable));
+        };
+        let stale_claim = entry.claimed_until_ms.is_some_and(|c| c < now_ms);
+        if (entry.claimed_until_ms.is_none() && entry.run.expires_at_ms <= now_ms) || stale_claim {
+            runs.remove(run_id);
+            return Ok(Err(ClaimRefused::Unavailable));
+        }
+        if entry.run.owner.agent_run != owner.agent_run {
+            return Ok(Err(ClaimRefused::OtherAgentRun));
+        }
+        if entry.run.owner.session != owner.session {
+            return Ok(Err(ClaimRefused::OtherSession));
+        }
+        if entry.claimed_until_ms.is_some() {
+            return Ok(Err(ClaimRefused::Busy));
+        }
+        entry.claimed_until_ms = Some(claim_until_ms);
+        let generation = entry.run.generation;
+        Ok(Ok(Claimed {
+            generation,
+            snapshot: entry.run.snapshot.clone(),
+            settlements: entry
+                .settlements
+                .iter()
+                .filter(|(g, _, _)| *g == generation)
+                .map(|(_, _, s)| s.clone())
+                .collect(),
+        }))
+    }
+
+    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+        if let Some(entry) = self.runs().get_mut(run_id) {
+            entry.claimed_until_ms = None;
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, run_id: &str) -> StoreResult<()> {
+        self.runs().remove(run_id);
+        Ok(())
+    }
+
+    async fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> StoreResult<()> {
+        if let Some(entry) = self.runs().get_mut(run_id) {
+            if entry.run.generation == generation {
+                entry
+                    .settlements
+                    .retain(|(g, id, _)| !(*g == generation && *id == request_id));
+                entry
+                    .settlements
+                    .push((generation, request_id, settlement.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn count_runs(&self) -> StoreResult<usize> {
+        Ok(self.runs().len())
+    }
+
+    async fn count_session_runs(&self, session: &str) -> StoreResult<usize> {
+        Ok(self
+            .runs()
+            .values()
+            .filter(|e| e.run.owner.session == session)
+            .count())
+    }
+
+    async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
+        let mut runs = self.runs();
+        let expired: Vec<String> = runs
+            .iter()
+            .filter(|(_, e)| match e.claimed_until_ms {
+                Some(until) => until < now_ms,
+                None => e.run.expires_at_ms <= now_ms,
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            runs.remove(id);
+        }
+        Ok(expired)
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStateStore {
+    async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
+        Ok(lock(&self.session_store)
+            .get(&(session.to_string(), key.to_string()))
+            .cloned())
+    }
+
+    async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
+        Ok(lock(&self.session_store)
+            .iter()
+            .filter(|((s, _), _)| s == session)
+            .map(|(_, v)| v.len())
+            .sum())
+    }
+
+    async fn store_commit(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<String>)>,
+    ) -> StoreResult<()> {
+        let mut store = lock(&self.session_store);
+        for (key, value) in writes {
+            let k = (session.to_string(), key);
+            match value {
+                Some(v) => store.insert(k, v),
+                None => store.remove(&k),
+            };
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ResultStore for MemoryStateStore {
+    async fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: String,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> StoreResult<bool> {
+        let mut results = lock(&self.results);
+        let (n, bytes) = results
+            .iter()
+            .filter(|((a, _), _)| a == agent_run)
+            .fold((0, 0), |(n, b), (_, v)| (n + 1, b + v.len()));
+        if n >= max_count || bytes + json.len() > max_bytes {
+            return Ok(false);
+        }
+        results.insert((agent_run.to_string(), id.to_string()), json);
+        Ok(true)
+    }
+
+    async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {
+        Ok(lock(&self.results)
+            .get(&(agent_run.to_string(), id.to_string()))
+            .cloned())
+    }
+
+    async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
+        Ok(lock(&self.results)
+            .remove(&(agent_run.to_string(), id.to_string()))
+            .is_some())
+    }
+}

@@ -1,0 +1,181 @@
+//! The state store: parked runs (registry, snapshots and the settlements of
+//! their requests), the session store and saved results.
+//!
+//! The store is the source of truth for parked runs, so any process that
+//! opens the same store can `wait` a run another process parked, and a
+//! restarted host loses none. [`StateStore`] is the interface the runtime
+//! needs, in three parts by what they store: [`RunStore`] (parked runs),
+//! [`SessionStore`] (session values) and [`ResultStore`] (saved results).
+//! Every method is `async`, so that a networked backend is a second
+//! implementation, not a rewrite; a backend over a blocking client runs its
+//! work off the async workers (as [`SqliteStateStore`] does with
+//! `spawn_blocking`).
+//!
+//! Backends here:
+//! - [`SqliteStateStore`] (feature `sqlite`, on by default) over
+//!   `<state dir>/state.sqlite3` (WAL journal, `synchronous=NORMAL`, a 5 s
+//!   busy timeout for concurrent processes);
+//! - [`MemoryStateStore`], runs in this process only, for runtimes without
+//!   a state directory.
+//!
+//! A run is `parked` (waiting for `wait`) or `resuming` (claimed by a
+//! `wait` in some process until its claim deadline). Claiming is one atomic
+//! step that checks the contract's order — known and unexpired, same agent
+//! run, same session, no other `wait` in flight — so a snapshot is resumed
+//! at most once. A claim whose holder vanished (the process died
+//! mid-`wait`) is not re-granted: after the claim deadline the run is
+//! reported unavailable and removed, because its snapshot may already have
+//! been resumed once. `tests.rs` is the conformance suite every backend
+//! passes.
+
+mod memory;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+#[cfg(test)]
+mod tests;
+
+pub use memory::MemoryStateStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteStateStore, STATE_FILE};
+
+use async_trait::async_trait;
+
+/// Who may `wait` a run: the agent run and the session that created it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Owner {
+    /// The creating agent run.
+    pub agent_run: String,
+    /// The creating session identity (session id, key, agent id).
+    pub session: String,
+}
+
+/// A parked run as stored.
+#[derive(Debug, Clone)]
+pub struct ParkedRun {
+    /// The run's id (`cm_<uuid>`).
+    pub run_id: String,
+    /// Who may resume it.
+    pub owner: Owner,
+    /// Incremented at every park; settlements are recorded per generation.
+    pub generation: u64,
+    /// Unix milliseconds after which the run is expired.
+    pub expires_at_ms: u64,
+    /// The checkpoint (the snapshot crate's format), opaque to the store.
+    pub snapshot: Vec<u8>,
+}
+
+/// A successful claim: the snapshot to resume.
+#[derive(Debug)]
+pub struct Claimed {
+    /// The generation claimed.
+    pub generation: u64,
+    /// The checkpoint stored with it.
+    pub snapshot: Vec<u8>,
+    /// Settlements recorded for this generation while the run was parked,
+    /// in the order they were recorded.
+    pub settlements: Vec<String>,
+}
+
+/// Why a run cannot be claimed (the contract's `wait` admission order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimRefused {
+    /// Unknown, expired, or abandoned by a claim holder that vanished.
+    Unavailable,
+    /// Parked by another agent run.
+    OtherAgentRun,
+    /// Parked by another session.
+    OtherSession,
+    /// Another `wait` holds it.
+    Busy,
+}
+
+/// A state store failure: the backend's error with its source chain.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreError(#[from] anyhow::Error);
+
+/// What a store method returns.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Parked runs and the settlements of their requests. Implementations must
+/// make [`RunStore::claim`] atomic across every host that shares the store.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Stores (or replaces) a parked run in state `parked`, and forgets the
+    /// settlements of its earlier generations.
+    async fn park(&self, run: ParkedRun) -> StoreResult<()>;
+    /// Claims a parked run for one `wait` until `claim_until_ms`.
+    async fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> StoreResult<Result<Claimed, ClaimRefused>>;
+    /// Returns a claimed run to `parked` unchanged (the `wait` could not
+    /// start it, e.g. the runtime was unavailable).
+    async fn unclaim(&self, run_id: &str) -> StoreResult<()>;
+    /// Removes a run and its settlements.
+    async fn remove(&self, run_id: &str) -> StoreResult<()>;
+    /// Records the settlement of a request of a parked run's generation
+    /// (ignored when the run is gone or parked again since).
+    async fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> StoreResult<()>;
+    /// Number of runs held (parked or resuming). Callers remove expired
+    /// runs first ([`RunStore::purge_expired`]).
+    async fn count_runs(&self) -> StoreResult<usize>;
+    /// Number of runs of `session` held (parked or resuming).
+    async fn count_session_runs(&self, session: &str) -> StoreResult<usize>;
+    /// Removes runs expired at `now_ms` and claims abandoned before it;
+    /// returns their ids.
+    async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>>;
+}
+
+/// The session store: JSON values by session and key.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// A committed value (compact JSON).
+    async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>>;
+    /// Sum of the committed value sizes of a session, in bytes.
+    async fn store_total_bytes(&self, session: &str) -> StoreResult<usize>;
+    /// Commits a cell's buffered writes (`None` deletes) in one atomic step.
+    async fn store_commit(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<String>)>,
+    ) -> StoreResult<()>;
+}
+
+/// Saved results (`results.save` / `load` / `delete`) by agent run and id.
+#[async_trait]
+pub trait ResultStore: Send + Sync {
+    /// Saves a result of an agent run if, with it, the run holds at most
+    /// `max_count` results and `max_bytes` bytes of JSON; the check and the
+    /// insert are one atomic step. Returns whether it was saved.
+    async fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: String,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> StoreResult<bool>;
+    /// A saved result's JSON.
+    async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>>;
+    /// Deletes a saved result; whether it existed.
+    async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool>;
+}
+
+/// Everything a runtime keeps: runs, session values and saved results.
+/// Give one to [`RuntimeBuilder::state_store`](crate::RuntimeBuilder::state_store)
+/// to use another backend.
+pub trait StateStore: RunStore + SessionStore + ResultStore {
+    /// Whether other processes (or a restarted host) can see these runs;
+    /// only then are settlements of parked runs worth recording.
+    fn is_shared(&self) -> bool;
+}

@@ -1,0 +1,504 @@
+use super::{
+    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunStore, SessionStore, StateStore,
+    StoreError, StoreResult,
+};
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Name of the database file inside the state directory.
+pub const STATE_FILE: &str = "state.sqlite3";
+
+/// [`StateStore`] over SQLite: one connection, used by one blocking task
+/// at a time (`spawn_blocking`), never on an async worker.
+#[derive(Clone)]
+pub struct SqliteStateStore {
+    db: Arc<Db>,
+    /// Backed by a file (not an in-memory database).
+    shared: bool,
+}
+
+/// The connection and the blocking operations over it.
+struct Db {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    agent_run TEXT NOT NULL,
+    session TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('parked', 'resuming')),
+    generation INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    claimed_until_ms INTEGER,
+    snapshot BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session);
+CREATE TABLE IF NOT EXISTS session_store (
+    session TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (session, key)
+);
+CREATE TABLE IF NOT EXISTS results (
+    agent_run TEXT NOT NULL,
+    id TEXT NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (agent_run, id)
+);
+CREATE TABLE IF NOT EXISTS settlements (
+    run_id TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    request_id INTEGER NOT NULL,
+    settlement TEXT NOT NULL,
+    PRIMARY KEY (run_id, generation, request_id)
+);
+";
+
+impl SqliteStateStore {
+    /// Opens (creating if needed) the store in `dir`, or a private
+    /// in-memory database when `dir` is `None` (used by tests).
+    ///
+    /// # Errors
+    ///
+    /// When the directory or the database cannot be created or opened.
+    pub fn open(dir: Option<&Path>) -> anyhow::Result<Self> {
+        let conn = match dir {
+            Some(dir) => {
+                use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+                // Parked heaps and session values are tenants' data: what
+                // quickcell creates is readable by its user alone.
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot create the state directory {}: {e}", dir.display())
+                    })?;
+                let path = dir.join(STATE_FILE);
+                // Created 0600 before SQLite opens it; SQLite gives its
+                // `-wal` and `-shm` files the database file's mode.
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot create the state store {}: {e}", path.display())
+                    })?;
+                let conn = Connection::open(&path).map_err(|e| {
+                    anyhow::anyhow!("cannot open the state store {}: {e}", path.display())
+                })?;
+                conn.busy_timeout(std::time::Duration::from_secs(5))?;
+                conn.pragma_update(None, "journal_mode", "WAL")?;
+                conn.pragma_update(None, "synchronous", "NORMAL")?;
+                conn
+            }
+            None => Connection::open_in_memory()?,
+        };
+        conn.execute_batch(SCHEMA)?;
+        Ok(Self {
+            db: Arc::new(Db {
+                conn: Mutex::new(conn),
+            }),
+            shared: dir.is_some(),
+        })
+    }
+
+    /// Runs `work` on the connection in a blocking task.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Db) -> anyhow::Result<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let db = self.db.clone();
+        match tokio::task::spawn_blocking(move || work(&db)).await {
+            Ok(result) => result.map_err(StoreError::from),
+            Err(e) => Err(anyhow::anyhow!("a state store task failed: {e}").into()),
+        }
+    }
+}
+
+impl Db {
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent
+        // (transactions roll back), so a poisoned lock is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl Db {
+    fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT OR REPLACE INTO runs
+             (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
+             VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
+            params![
+                run.run_id,
+                run.owner.agent_run,
+                run.owner.session,
+                to_i64(run.generation),
+                to_i64(run.expires_at_ms),
+                run.snapshot
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM settlements WHERE run_id = ?1 AND generation < ?2",
+            params![run.run_id, to_i64(run.generation)],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        type Row = (String, String, String, i64, i64, Option<i64>);
+        let row: Option<Row> = tx
+            .query_row(
+                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms
+                 FROM runs WHERE run_id = ?1",
+                params![run_id],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((agent_run, session, state, generation, expires_at, claimed_until)) = row else {
+            return Ok(Err(ClaimRefused::Unavailable));
+        };
+        let now = to_i64(now_ms);
+        let stale_claim = state == "resuming" && claimed_until.is_some_and(|c| c < now);
+        if (state == "parked" && expires_at <= now) || stale_claim {
+            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+            tx.commit()?;
+            return Ok(Err(ClaimRefused::Unavailable));
+        }
+        if agent_run != owner.agent_run {
+            return Ok(Err(ClaimRefused::OtherAgentRun));
+        }
+        if session != owner.session {
+            return Ok(Err(ClaimRefused::OtherSession));
+        }
+        if state == "resuming" {
+            return Ok(Err(ClaimRefused::Busy));
+        }
+        tx.execute(
+            "UPDATE runs SET state = 'resuming', claimed_until_ms = ?2 WHERE run_id = ?1",
+            params![run_id, to_i64(claim_until_ms)],
+        )?;
+        let snapshot: Vec<u8> = tx.query_row(
+            "SELECT snapshot FROM runs WHERE run_id = ?1",
+            params![run_id],
+            |r| r.get(0),
+        )?;
+        let settlements = {
+            let mut stmt = tx.prepare(
+                "SELECT settlement FROM settlements WHERE run_id = ?1 AND generation = ?2
+                 ORDER BY rowid",
+            )?;
+            let rows = stmt.query_map(params![run_id, generation], |r| r.get(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        tx.commit()?;
+        Ok(Ok(Claimed {
+            generation: generation as u64,
+            snapshot,
+            settlements,
+        }))
+    }
+
+    fn unclaim(&self, run_id: &str) -> anyhow::Result<()> {
+        self.conn().execute(
+            "UPDATE runs SET state = 'parked', claimed_until_ms = NULL WHERE run_id = ?1",
+            params![run_id],
+        )?;
+        Ok(())
+    }
+
+    fn remove(&self, run_id: &str) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
+        tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> anyhow::Result<()> {
+        self.conn().execute(
+            "INSERT OR REPLACE INTO settlements (run_id, generation, request_id, settlement)
+             SELECT ?1, ?2, ?3, ?4 WHERE EXISTS
+               (SELECT 1 FROM runs WHERE run_id = ?1 AND generation = ?2)",
+            params![run_id, to_i64(generation), to_i64(request_id), settlement],
+        )?;
+        Ok(())
+    }
+
+    fn count_runs(&self) -> anyhow::Result<usize> {
+        let n: i64 = self
+            .conn()
+            .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))?;
+        Ok(n as usize)
+    }
+
+    fn count_session_runs(&self, session: &str) -> anyhow::Result<usize> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COUNT(*) FROM runs WHERE session = ?1",
+            params![session],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+
+    fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let now = to_i64(now_ms);
+        let ids = {
+            let mut stmt = tx.prepare(
+                "SELECT run_id FROM runs
+                 WHERE (state = 'parked' AND expires_at_ms <= ?1)
+                    OR (state = 'resuming' AND claimed_until_ms < ?1)",
+            )?;
+            let rows = stmt.query_map(params![now], |r| r.get(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    fn store_get(&self, session: &str, key: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT value FROM session_store WHERE session = ?1 AND key = ?2",
+                params![session, key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn store_total_bytes(&self, session: &str) -> anyhow::Result<usize> {
+        let n: i64 = self.conn().query_row(
+            "SELECT COALESCE(SUM(LENGTH(CAST(value AS BLOB))), 0) FROM session_store WHERE session = ?1",
+            params![session],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+
+    fn store_commit(
+        &self,
+        session: &str,
+        writes: &[(String, Option<String>)],
+    ) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (key, value) in writes {
+            match value {
+                Some(v) => tx.execute(
+                    "INSERT OR REPLACE INTO session_store (session, key, value) VALUES (?1, ?2, ?3)",
+                    params![session, key, v],
+                )?,
+                None => tx.execute(
+                    "DELETE FROM session_store WHERE session = ?1 AND key = ?2",
+                    params![session, key],
+                )?,
+            };
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: &str,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> anyhow::Result<bool> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (n, bytes): (i64, i64) = tx.query_row(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(json AS BLOB))), 0) FROM results WHERE agent_run = ?1",
+            params![agent_run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        if n as usize >= max_count || bytes as usize + json.len() > max_bytes {
+            return Ok(false);
+        }
+        tx.execute(
+            "INSERT INTO results (agent_run, id, json) VALUES (?1, ?2, ?3)",
+            params![agent_run, id, json],
+        )?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    fn result_load(&self, agent_run: &str, id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT json FROM results WHERE agent_run = ?1 AND id = ?2",
+                params![agent_run, id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool> {
+        let n = self.conn().execute(
+            "DELETE FROM results WHERE agent_run = ?1 AND id = ?2",
+            params![agent_run, id],
+        )?;
+        Ok(n > 0)
+    }
+}
+
+impl StateStore for SqliteStateStore {
+    fn is_shared(&self) -> bool {
+        self.shared
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStateStore {
+    async fn park(&self, run: ParkedRun) -> StoreResult<()> {
+        self.blocking(move |db| db.park(&run)).await
+    }
+
+    async fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> StoreResult<Result<Claimed, ClaimRefused>> {
+        let (run_id, owner) = (run_id.to_owned(), owner.clone());
+        self.blocking(move |db| db.claim(&run_id, &owner, now_ms, claim_until_ms))
+            .await
+    }
+
+    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        self.blocking(move |db| db.unclaim(&run_id)).await
+    }
+
+    async fn remove(&self, run_id: &str) -> StoreResult<()> {
+        let run_id = run_id.to_owned();
+        self.blocking(move |db| db.remove(&run_id)).await
+    }
+
+    async fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> StoreResult<()> {
+        let (run_id, settlement) = (run_id.to_owned(), settlement.to_owned());
+        self.blocking(move |db| db.record_settlement(&run_id, generation, request_id, &settlement))
+            .await
+    }
+
+    async fn count_runs(&self) -> StoreResult<usize> {
+        self.blocking(|db| db.count_runs()).await
+    }
+
+    async fn count_session_runs(&self, session: &str) -> StoreResult<usize> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.count_session_runs(&session))
+            .await
+    }
+
+    async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
+        self.blocking(move |db| db.purge_expired(now_ms)).await
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqliteStateStore {
+    async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
+        let (session, key) = (session.to_owned(), key.to_owned());
+        self.blocking(move |db| db.store_get(&session, &key)).await
+    }
+
+    async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.store_total_bytes(&session))
+            .await
+    }
+
+    async fn store_commit(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<String>)>,
+    ) -> StoreResult<()> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.store_commit(&session, &writes))
+            .await
+    }
+}
+
+#[async_trait]
+impl ResultStore for SqliteStateStore {
+    async fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: String,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> StoreResult<bool> {
+        let (agent_run, id) = (agent_run.to_owned(), id.to_owned());
+        self.blocking(move |db| db.result_save(&agent_run, &id, &json, max_count, max_bytes))
+            .await
+    }
+
+    async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {
+        let (agent_run, id) = (agent_run.to_owned(), id.to_owned());
+        self.blocking(move |db| db.result_load(&agent_run, &id))
+            .await
+    }
+
+    async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
+        let (agent_run, id) = (agent_run.to_owned(), id.to_owned());
+        self.blocking(move |db| db.result_delete(&agent_run, &id))
+            .await
+    }
+}

@@ -1,0 +1,108 @@
+//! The conformance suite of the state-store traits: every backend passes it.
+
+use super::*;
+use std::sync::Arc;
+
+fn owner(a: &str, s: &str) -> Owner {
+    Owner {
+        agent_run: a.into(),
+        session: s.into(),
+    }
+}
+
+fn parked(id: &str, expires: u64) -> ParkedRun {
+    ParkedRun {
+        run_id: id.into(),
+        owner: owner("a", "s"),
+        generation: 1,
+        expires_at_ms: expires,
+        snapshot: vec![1, 2, 3],
+    }
+}
+
+/// One store of each backend built in.
+fn stores() -> Vec<Arc<dyn StateStore>> {
+    vec![
+        #[cfg(feature = "sqlite")]
+        Arc::new(SqliteStateStore::open(None).unwrap()),
+        Arc::new(MemoryStateStore::default()),
+    ]
+}
+
+#[tokio::test]
+async fn claim_checks_in_the_contract_order() {
+    for store in stores() {
+        claim_order(&*store).await;
+    }
+}
+
+async fn claim_order(store: &dyn StateStore) {
+    store.park(parked("r1", 1_000)).await.unwrap();
+    let claim = async |o: &Owner, now| store.claim("r1", o, now, now + 100).await.unwrap();
+    assert_eq!(
+        claim(&owner("a", "s"), 2_000).await.unwrap_err(),
+        ClaimRefused::Unavailable
+    );
+    store.park(parked("r1", 10_000)).await.unwrap();
+    assert_eq!(
+        claim(&owner("b", "s"), 1).await.unwrap_err(),
+        ClaimRefused::OtherAgentRun
+    );
+    assert_eq!(
+        claim(&owner("a", "t"), 1).await.unwrap_err(),
+        ClaimRefused::OtherSession
+    );
+    store
+        .record_settlement("r1", 1, 4, "{\"id\":4}")
+        .await
+        .unwrap();
+    store
+        .record_settlement("r1", 7, 5, "{\"id\":5}")
+        .await
+        .unwrap();
+    let got = claim(&owner("a", "s"), 1).await.unwrap();
+    assert_eq!(got.snapshot, vec![1, 2, 3]);
+    assert_eq!(got.settlements, vec!["{\"id\":4}".to_string()]);
+    assert_eq!(
+        claim(&owner("a", "s"), 1).await.unwrap_err(),
+        ClaimRefused::Busy
+    );
+    // A claim abandoned past its deadline is not re-granted.
+    assert_eq!(
+        claim(&owner("a", "s"), 500).await.unwrap_err(),
+        ClaimRefused::Unavailable
+    );
+    store.purge_expired(500).await.unwrap();
+    assert_eq!(store.count_runs().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn unclaim_makes_a_run_waitable_again() {
+    for store in stores() {
+        unclaim(&*store).await;
+    }
+}
+
+async fn unclaim(store: &dyn StateStore) {
+    store.park(parked("r1", 10_000)).await.unwrap();
+    store
+        .claim("r1", &owner("a", "s"), 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    store.unclaim("r1").await.unwrap();
+    assert!(store
+        .claim("r1", &owner("a", "s"), 1, 100)
+        .await
+        .unwrap()
+        .is_ok());
+    store.remove("r1").await.unwrap();
+    assert_eq!(
+        store
+            .claim("r1", &owner("a", "s"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Unavailable
+    );
+}
