@@ -112,31 +112,15 @@
 
 use std::ops::Range;
 
-/// Version of the format written by [`encode`] (2: page deltas in
-/// independent frames; 3: each frame's deltas split into byte lanes; 4:
-/// block strides).
-pub const FORMAT_VERSION: u32 = 4;
+mod format;
 
-/// Granularity of the memory diff, in bytes.
-pub const PAGE_BYTES: usize = 4096;
-
-/// WebAssembly page size: memory sizes are multiples of it.
-pub const WASM_PAGE_BYTES: usize = 65536;
-
-/// Largest host-state document a snapshot may carry, in bytes.
-pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
-
-/// Largest linear memory a snapshot may describe, in bytes (4 GiB: a
-/// 32-bit Wasm memory's 65,536 pages of 64 KiB). [`decode`] reads no
-/// larger memory whatever ceiling its caller gives, so the head and page
-/// count a snapshot may claim stay bounded (the head then at most
-/// [`MAX_HOST_STATE_BYTES`] plus 5 MiB); [`encode`] refuses larger ones.
-pub const MAX_MEMORY_BYTES: u64 = 1 << 32;
-
-/// Most pages one delta frame holds (2 MiB of memory): the unit of
-/// parallel compression and decompression. [`decode`] refuses larger
-/// frames, which bounds a restore's per-thread buffer.
-pub const PAGES_PER_FRAME: usize = 512;
+use format::{
+    corrupt, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES, MAGIC,
+};
+pub use format::{
+    SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
+    PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+};
 
 /// Threads of the pool that encodes and restores large snapshots (fewer on
 /// machines with fewer cores), shared by all of the process's snapshots.
@@ -148,76 +132,15 @@ pub const MAX_CODEC_THREADS: usize = 4;
 /// several threads.
 pub const PARALLEL_PAYLOAD_BYTES: usize = 4 << 20;
 
-/// Unit of [`Checkpoint::block_units`], in bytes.
-pub const BLOCK_UNIT_BYTES: usize = 16;
-
 /// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
 /// higher levels buy little.
 const ZSTD_LEVEL: i32 = 1;
-
-const MAGIC: &[u8; 8] = b"QCELLSNP";
-const HEADER_BYTES: usize = 8 + 4 + 32 + 4;
 
 /// The first four bytes of a standard zstd frame: the only kind [`encode`]
 /// writes. Skippable frames and the legacy (v0.x) formats, which zstd
 /// would otherwise accept (the latter with buffers sized by the frame's
 /// own window, up to 128 MiB, whatever its stated size), are refused.
 const ZSTD_FRAME_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
-
-/// Fixed bytes of the head before the host state: memory size, stack
-/// pointer, host-state length.
-const HEAD_FIXED_BYTES: usize = 8 + 4 + 4;
-
-/// Bytes of the head per stored page: its index (u32) and layout byte.
-const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
-
-/// Why a snapshot could not be taken or read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SnapshotError {
-    /// The checkpoint's payload is larger than allowed.
-    TooLarge {
-        /// Payload bytes the checkpoint needs.
-        bytes: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// Shorter than its header, or its payload ends early.
-    Truncated,
-    /// Not a quickcell snapshot.
-    BadMagic,
-    /// Written by a format this build does not read.
-    UnknownVersion(u32),
-    /// Taken from a different guest module.
-    ForeignGuest,
-    /// The payload does not match its checksum.
-    ChecksumMismatch,
-    /// The payload is inconsistent (bad page index, sizes, compression).
-    Corrupt(String),
-}
-
-impl std::error::Error for SnapshotError {}
-
-impl std::fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::TooLarge { bytes, limit } => write!(
-                f,
-                "the checkpoint holds {bytes} bytes; the limit is {limit}"
-            ),
-            Self::Truncated => f.write_str("the snapshot is truncated"),
-            Self::BadMagic => f.write_str("the data is not a quickcell snapshot"),
-            Self::UnknownVersion(v) => write!(
-                f,
-                "the snapshot has format version {v}; this build reads version {FORMAT_VERSION}"
-            ),
-            Self::ForeignGuest => {
-                f.write_str("the snapshot was taken from a different guest module")
-            }
-            Self::ChecksumMismatch => f.write_str("the snapshot fails its checksum"),
-            Self::Corrupt(what) => write!(f, "the snapshot is corrupt: {what}"),
-        }
-    }
-}
 
 /// What a checkpoint is taken of.
 #[derive(Debug, Clone)]
@@ -722,11 +645,6 @@ fn delta_words(c: &Checkpoint<'_>, index: u32) -> [u32; PAGE_WORDS] {
 /// See [`dense_deltas`]: one word in this many.
 const DENSE_DELTA_FRACTION: usize = 8;
 
-/// The per-page layout byte of an image page whose delta is stored in
-/// lanes (0: in place). For a page beyond the image the byte is its block
-/// stride ([`Checkpoint::block_units`]).
-const IMAGE_PAGE_IN_LANES: u8 = 1;
-
 /// The hint ([`Checkpoint::block_units`]) for the 64 KiB page that holds
 /// page `index`.
 fn block_hint(c: &Checkpoint<'_>, index: u32) -> u8 {
@@ -888,10 +806,6 @@ thread_local! {
     /// A frame's decompressed lanes, kept per thread (at most one frame,
     /// 2 MiB) so that a restore takes no page faults on fresh buffers.
     static LANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn corrupt(what: impl std::fmt::Display) -> SnapshotError {
-    SnapshotError::Corrupt(what.to_string())
 }
 
 /// Splits off the next zstd frame of `data`, with its stated content size.
