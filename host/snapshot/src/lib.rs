@@ -114,6 +114,9 @@ use std::ops::Range;
 
 mod format;
 mod lanes;
+#[cfg(target_os = "linux")]
+mod pagemap;
+mod pages;
 
 use format::{
     corrupt, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES, MAGIC,
@@ -123,6 +126,8 @@ pub use format::{
     PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
 };
 use lanes::{join_page, page_words, split_page, stride_words, PAGE_WORDS};
+pub use pages::{changed_image_runs, prefault};
+use pages::{changed_pages, image_page, inside_image, run_end, xor_in_place, xor_into};
 
 /// Threads of the pool that encodes and restores large snapshots (fewer on
 /// machines with fewer cores), shared by all of the process's snapshots.
@@ -195,146 +200,6 @@ pub struct Snapshot<'a> {
     /// The compressed delta frames, each with its page count, in page
     /// order.
     frames: Vec<(&'a [u8], usize)>,
-}
-
-const ZERO_PAGE: [u8; PAGE_BYTES] = [0; PAGE_BYTES];
-
-fn image_page(image: &[u8], start: usize) -> &[u8] {
-    image.get(start..start + PAGE_BYTES).unwrap_or(&ZERO_PAGE)
-}
-
-/// `out = a XOR b`, a word at a time.
-fn xor_into(out: &mut [u8], a: &[u8], b: &[u8]) {
-    for ((o, x), y) in out
-        .chunks_exact_mut(8)
-        .zip(a.chunks_exact(8))
-        .zip(b.chunks_exact(8))
-    {
-        let v =
-            u64::from_ne_bytes(x.try_into().unwrap()) ^ u64::from_ne_bytes(y.try_into().unwrap());
-        o.copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-/// `out ^= delta`, a word at a time.
-fn xor_in_place(out: &mut [u8], delta: &[u8]) {
-    for (m, d) in out.chunks_exact_mut(8).zip(delta.chunks_exact(8)) {
-        let v = u64::from_ne_bytes((&*m).try_into().unwrap())
-            ^ u64::from_ne_bytes(d.try_into().unwrap());
-        m.copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-/// Indexes of the pages of `memory` that differ from `image`, skipping
-/// pages wholly inside `dead`, and, when `written` is given, the pages it
-/// marks as never written (they hold their image bytes).
-fn changed_pages(
-    memory: &[u8],
-    image: &[u8],
-    dead: &Range<usize>,
-    written: Option<&[bool]>,
-) -> Vec<u32> {
-    let mut changed = Vec::new();
-    for (i, page) in memory.chunks_exact(PAGE_BYTES).enumerate() {
-        let start = i * PAGE_BYTES;
-        if start >= dead.start && start + PAGE_BYTES <= dead.end {
-            continue;
-        }
-        if written.is_some_and(|w| !w[i]) {
-            continue;
-        }
-        if page != image_page(image, start) {
-            changed.push(i as u32);
-        }
-    }
-    changed
-}
-
-/// Which pages of a live mapping have been written, from Linux's
-/// `/proc/self/pagemap`.
-#[cfg(target_os = "linux")]
-mod pagemap {
-    use super::PAGE_BYTES;
-    use std::fs::File;
-    use std::os::unix::fs::FileExt;
-    use std::sync::Mutex;
-
-    /// The page is mapped.
-    const PRESENT: u64 = 1 << 63;
-    /// The page is in swap.
-    const SWAPPED: u64 = 1 << 62;
-    /// The mapped page is a page of a file (or shared anonymous memory).
-    const FILE_PAGE: u64 = 1 << 61;
-
-    /// This process's pagemap, with the id of the process that opened it:
-    /// after a `fork`, the inherited file would describe the parent. `None`
-    /// when it cannot be opened or fails [`behaves`].
-    static PAGEMAP: Mutex<Option<(u32, Option<File>)>> = Mutex::new(None);
-
-    /// Whether page `entry` may have been written: the page is mapped to a
-    /// page of its own (copied on write, or anonymous), or swapped out.
-    fn written(entry: u64) -> bool {
-        entry & SWAPPED != 0 || (entry & PRESENT != 0 && entry & FILE_PAGE == 0)
-    }
-
-    /// The entries of `pages` pages from `addr`.
-    fn entries(file: &File, addr: usize, pages: usize) -> Option<Vec<u64>> {
-        let mut raw = vec![0u8; pages * 8];
-        let offset = (addr / PAGE_BYTES * 8) as u64;
-        file.read_exact_at(&mut raw, offset).ok()?;
-        Some(
-            raw.chunks_exact(8)
-                .map(|e| u64::from_le_bytes(e.try_into().expect("8 bytes")))
-                .collect(),
-        )
-    }
-
-    /// Checks once per process that the file tells a written page from an
-    /// untouched one (a sandbox may serve a pagemap of zeros, which would
-    /// make every page look untouched): in two fresh anonymous pages, the
-    /// written one must read as written and the other must not.
-    fn behaves(file: &File) -> bool {
-        use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
-        let len = 2 * PAGE_BYTES;
-        // SAFETY: a fresh private mapping, written and unmapped here only.
-        unsafe {
-            let Ok(base) = mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE,
-            ) else {
-                return false;
-            };
-            std::ptr::write_volatile(base.cast::<u8>(), 1);
-            let seen = entries(file, base as usize, 2);
-            let _ = munmap(base, len);
-            matches!(seen.as_deref(), Some(&[a, b]) if written(a) && !written(b))
-        }
-    }
-
-    /// For each 4 KiB page of `region`, whether it may have been written
-    /// ([`written`]). A page that is not mapped, or is mapped to a page of
-    /// its backing file, reads as that mapping's initial content. `None`
-    /// when the kernel's page size is not 4 KiB or the file cannot be read
-    /// or does not behave.
-    pub(super) fn written_pages(region: &[u8]) -> Option<Vec<bool>> {
-        if rustix::param::page_size() != PAGE_BYTES
-            || !(region.as_ptr() as usize).is_multiple_of(PAGE_BYTES)
-        {
-            return None;
-        }
-        let pid = std::process::id();
-        let mut slot = PAGEMAP.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_none_or(|(opener, _)| *opener != pid) {
-            let file = File::open("/proc/self/pagemap").ok().filter(behaves);
-            *slot = Some((pid, file));
-        }
-        let file = slot.as_ref()?.1.as_ref()?;
-        let found = entries(file, region.as_ptr() as usize, region.len() / PAGE_BYTES)?;
-        drop(slot);
-        Some(found.into_iter().map(written).collect())
-    }
 }
 
 /// See [`Checkpoint::memory_maps_image`].
@@ -581,12 +446,6 @@ fn choose_stride(words: &[u32; PAGE_WORDS], hint: u8) -> u8 {
         }
     }
     best.1
-}
-
-/// How many of the (increasing) page `indexes` lie inside an image of
-/// `image_bytes`: they come first.
-fn inside_image(indexes: &[u32], image_bytes: usize) -> usize {
-    indexes.partition_point(|&index| (index as usize) * PAGE_BYTES < image_bytes)
 }
 
 /// Compresses `src` as one frame (stating its size) into the scratch `out`,
@@ -886,16 +745,6 @@ pub fn decode(
     })
 }
 
-/// End (exclusive) of the run of consecutive page indexes that starts at
-/// `pages[i]`.
-fn run_end(pages: &[u32], i: usize) -> usize {
-    let mut end = i + 1;
-    while end < pages.len() && pages[end - 1].checked_add(1) == Some(pages[end]) {
-        end += 1;
-    }
-    end
-}
-
 /// One frame's restore: its compressed bytes, its pages, and the part of
 /// memory that starts at its first page.
 struct FrameJob<'s, 'm> {
@@ -973,46 +822,6 @@ impl FrameJob<'_, '_> {
             i = end;
         }
     }
-}
-
-/// Makes the pages of `region` present and writable now, in one system
-/// call (Linux's `MADV_POPULATE_WRITE`), instead of one page fault each
-/// when they are first written: a fresh instance's memory is a
-/// copy-on-write mapping of its image. Contents do not change. Best effort:
-/// elsewhere, and on kernels before 5.14, it does nothing and the writes
-/// fault as usual.
-pub fn prefault(region: &mut [u8]) {
-    #[cfg(target_os = "linux")]
-    if !region.is_empty() {
-        // SAFETY: the range is memory we hold mutably; populating pages
-        // does not change their contents.
-        let _ = unsafe {
-            rustix::mm::madvise(
-                region.as_mut_ptr().cast(),
-                region.len(),
-                rustix::mm::Advice::LinuxPopulateWrite,
-            )
-        };
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = region;
-}
-
-/// Byte ranges of the pages in the first `image.len()` bytes of `memory`
-/// that differ from `image`, consecutive pages merged, in order.
-pub fn changed_image_runs(memory: &[u8], image: &[u8]) -> Vec<Range<usize>> {
-    let inside = &memory[..memory.len().min(image.len())];
-    let pages = changed_pages(inside, image, &(0..0), None);
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < pages.len() {
-        let end = run_end(&pages, i);
-        runs.push(
-            pages[i] as usize * PAGE_BYTES..pages[end - 1] as usize * PAGE_BYTES + PAGE_BYTES,
-        );
-        i = end;
-    }
-    runs
 }
 
 /// Decompresses exactly `out.len()` bytes from the frame's stream; returns
@@ -1458,22 +1267,6 @@ mod tests {
             Ok(restored) => assert!(restored != memory, "damage went unnoticed"),
             Err(other) => panic!("unexpected {other:?}"),
         }
-    }
-
-    #[test]
-    fn changed_image_runs_merge_consecutive_pages_inside_the_image() {
-        let image = vec![1u8; 8 * PAGE_BYTES];
-        let mut memory = image.clone();
-        memory.resize(12 * PAGE_BYTES, 0);
-        memory[PAGE_BYTES + 5] = 0; // page 1
-        memory[2 * PAGE_BYTES] = 0; // page 2
-        memory[6 * PAGE_BYTES + 9] = 7; // page 6
-        memory[10 * PAGE_BYTES] = 3; // beyond the image: not reported
-        assert_eq!(
-            changed_image_runs(&memory, &image),
-            vec![PAGE_BYTES..3 * PAGE_BYTES, 6 * PAGE_BYTES..7 * PAGE_BYTES]
-        );
-        assert!(changed_image_runs(&image, &image).is_empty());
     }
 
     #[test]
