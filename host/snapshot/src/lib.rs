@@ -113,10 +113,12 @@
 use std::ops::Range;
 
 mod format;
+mod frames;
 mod lanes;
 #[cfg(target_os = "linux")]
 mod pagemap;
 mod pages;
+mod pool;
 
 use format::{
     corrupt, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES, MAGIC,
@@ -125,29 +127,17 @@ pub use format::{
     SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
     PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
 };
+use frames::{
+    compress_into, decompress_frame, fill, finish_frame, next_frame, reset, with_compressor,
+    with_dctx, Compressor,
+};
+#[cfg(test)]
+use frames::{ZSTD_FRAME_MAGIC, ZSTD_LEVEL};
 use lanes::{join_page, page_words, split_page, stride_words, PAGE_WORDS};
 pub use pages::{changed_image_runs, prefault};
 use pages::{changed_pages, image_page, inside_image, run_end, xor_in_place, xor_into};
-
-/// Threads of the pool that encodes and restores large snapshots (fewer on
-/// machines with fewer cores), shared by all of the process's snapshots.
-/// Snapshots with fewer than [`PARALLEL_PAYLOAD_BYTES`] of pages
-/// are handled on the calling thread.
-pub const MAX_CODEC_THREADS: usize = 4;
-
-/// Page payloads from this size up are compressed and decompressed on
-/// several threads.
-pub const PARALLEL_PAYLOAD_BYTES: usize = 4 << 20;
-
-/// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
-/// higher levels buy little.
-const ZSTD_LEVEL: i32 = 1;
-
-/// The first four bytes of a standard zstd frame: the only kind [`encode`]
-/// writes. Skippable frames and the legacy (v0.x) formats, which zstd
-/// would otherwise accept (the latter with buffers sized by the frame's
-/// own window, up to 128 MiB, whatever its stated size), are refused.
-const ZSTD_FRAME_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
+use pool::run_parallel;
+pub use pool::{MAX_CODEC_THREADS, PARALLEL_PAYLOAD_BYTES};
 
 /// What a checkpoint is taken of.
 #[derive(Debug, Clone)]
@@ -210,44 +200,6 @@ fn written_pages(c: &Checkpoint<'_>) -> Option<Vec<bool>> {
     }
     let _ = c;
     None
-}
-
-/// Runs `work` over `jobs`, on the codec pool when `page_bytes` of page
-/// deltas reach [`PARALLEL_PAYLOAD_BYTES`], else on the calling thread;
-/// results keep the jobs' order.
-///
-/// The pool (rayon, one thread per core, at most [`MAX_CODEC_THREADS`]) is
-/// made on first use and lives on, so its threads' compression contexts
-/// ([`with_compressor`]) are made once, not once per snapshot, and idle threads
-/// take the next frame (a frame of mostly zeros is quick). A process forked
-/// from the one that made it has none of its threads: there, and wherever
-/// no thread can be started, the calling thread does all the work.
-fn run_parallel<J: Send, R: Send>(
-    jobs: Vec<J>,
-    page_bytes: usize,
-    work: impl Fn(J) -> R + Sync + Send,
-) -> Vec<R> {
-    if page_bytes < PARALLEL_PAYLOAD_BYTES || jobs.len() < 2 {
-        return jobs.into_iter().map(work).collect();
-    }
-    use rayon::iter::{IntoParallelIterator, ParallelIterator};
-    /// The pool and the process it was made in.
-    static POOL: std::sync::OnceLock<(u32, Option<rayon::ThreadPool>)> = std::sync::OnceLock::new();
-    let (owner, pool) = POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(cores.min(MAX_CODEC_THREADS))
-            .thread_name(|i| format!("quickcell-codec-{i}"))
-            .build()
-            .ok();
-        (std::process::id(), pool)
-    });
-    match pool {
-        Some(pool) if *owner == std::process::id() => {
-            pool.install(|| jobs.into_par_iter().map(work).collect())
-        }
-        _ => jobs.into_iter().map(work).collect(),
-    }
 }
 
 /// Encodes a checkpoint.
@@ -448,55 +400,6 @@ fn choose_stride(words: &[u32; PAGE_WORDS], hint: u8) -> u8 {
     best.1
 }
 
-/// Compresses `src` as one frame (stating its size) into the scratch `out`,
-/// and returns a copy of just the frame.
-fn compress_into(
-    cctx: &mut zstd::zstd_safe::CCtx<'static>,
-    out: &mut Vec<u8>,
-    src: &[u8],
-) -> std::io::Result<Vec<u8>> {
-    out.clear();
-    out.reserve(zstd::zstd_safe::compress_bound(src.len()));
-    cctx.compress2(out, src)
-        .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
-    Ok(out.clone())
-}
-
-/// A thread's compression state, kept from one snapshot to the next:
-/// creating a context, with its first-use workspace, costs more than
-/// compressing a one-tool snapshot, and a fresh frame-sized buffer costs a
-/// page fault per page it touches. Holds at most two frames' worth of
-/// buffers (~4 MiB) per thread that has compressed a large frame.
-struct Compressor {
-    /// Set to [`ZSTD_LEVEL`].
-    cctx: zstd::zstd_safe::CCtx<'static>,
-    /// A frame's content: page deltas, then lanes.
-    content: Vec<u8>,
-    /// zstd's output, before it is copied out at its exact size.
-    out: Vec<u8>,
-}
-
-/// Runs `f` with this thread's [`Compressor`], made on first use.
-fn with_compressor<R>(f: impl FnOnce(&mut Compressor) -> std::io::Result<R>) -> std::io::Result<R> {
-    COMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let z = match &mut *slot {
-            Some(z) => z,
-            empty => {
-                let mut cctx = zstd::zstd_safe::CCtx::create();
-                cctx.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(ZSTD_LEVEL))
-                    .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
-                empty.insert(Compressor {
-                    cctx,
-                    content: Vec::new(),
-                    out: Vec::new(),
-                })
-            }
-        };
-        f(z)
-    })
-}
-
 /// An encoded snapshot.
 #[derive(Debug, Clone)]
 pub struct Encoded {
@@ -538,95 +441,6 @@ impl<'a> Reader<'a> {
     fn remaining(&self) -> usize {
         self.data.len().saturating_sub(self.at)
     }
-}
-
-thread_local! {
-    /// A compressor per thread (see [`with_compressor`]).
-    static COMPRESSOR: std::cell::RefCell<Option<Compressor>> =
-        const { std::cell::RefCell::new(None) };
-    /// A decompression context per thread: creating one costs more than
-    /// decompressing a small snapshot.
-    static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
-        const { std::cell::RefCell::new(None) };
-    /// A frame's decompressed lanes, kept per thread (at most one frame,
-    /// 2 MiB) so that a restore takes no page faults on fresh buffers.
-    static LANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Splits off the next zstd frame of `data`, with its stated content size.
-/// Only standard frames ([`ZSTD_FRAME_MAGIC`]) are read.
-fn next_frame(data: &[u8]) -> Result<(&[u8], u64, &[u8]), SnapshotError> {
-    if !data.starts_with(&ZSTD_FRAME_MAGIC) {
-        return Err(corrupt("a frame is not a standard zstd frame"));
-    }
-    let len = zstd::zstd_safe::find_frame_compressed_size(data)
-        .map_err(|_| corrupt("a frame is damaged"))?;
-    let (frame, rest) = data
-        .split_at_checked(len)
-        .ok_or_else(|| corrupt("a frame is damaged"))?;
-    match zstd::zstd_safe::get_frame_content_size(frame) {
-        Ok(Some(size)) => Ok((frame, size, rest)),
-        _ => Err(corrupt("a frame does not state its size")),
-    }
-}
-
-/// Decompresses one whole frame into `out`, which must be exactly its
-/// content size.
-fn decompress_frame(
-    dctx: &mut zstd::zstd_safe::DCtx<'static>,
-    frame: &[u8],
-    out: &mut [u8],
-) -> Result<(), SnapshotError> {
-    reset(dctx)?;
-    let mut input = zstd::zstd_safe::InBuffer::around(frame);
-    let ended = fill(dctx, &mut input, out)?;
-    finish_frame(dctx, &mut input, ended, frame.len())
-}
-
-fn reset(dctx: &mut zstd::zstd_safe::DCtx<'static>) -> Result<(), SnapshotError> {
-    dctx.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
-        .map(drop)
-        .map_err(|_| corrupt("cannot reset the decompressor"))
-}
-
-/// Reads the rest of a frame whose content has all been decompressed
-/// (`ended`: the decompressor already saw its end): nothing more may come
-/// out of it, and it must use all `frame_len` bytes.
-fn finish_frame(
-    dctx: &mut zstd::zstd_safe::DCtx<'static>,
-    input: &mut zstd::zstd_safe::InBuffer<'_>,
-    mut ended: bool,
-    frame_len: usize,
-) -> Result<(), SnapshotError> {
-    let mut spare = [0u8; 1];
-    while !ended {
-        let before = input.pos();
-        let mut output = zstd::zstd_safe::OutBuffer::around(&mut spare[..]);
-        let hint = dctx
-            .decompress_stream(&mut output, input)
-            .map_err(|_| corrupt("a frame is damaged"))?;
-        if output.pos() != 0 {
-            return Err(corrupt("a frame does not match its size"));
-        }
-        ended = hint == 0;
-        if !ended && input.pos() == before {
-            return Err(corrupt("a frame ends early"));
-        }
-    }
-    if input.pos() != frame_len {
-        return Err(corrupt("a frame does not match its size"));
-    }
-    Ok(())
-}
-
-fn with_dctx<R>(
-    f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> Result<R, SnapshotError>,
-) -> Result<R, SnapshotError> {
-    DCTX.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let dctx = slot.get_or_insert_with(zstd::zstd_safe::DCtx::create);
-        f(dctx)
-    })
 }
 
 /// Decodes and verifies a snapshot taken from the guest `guest_hash`, whose
@@ -745,6 +559,12 @@ pub fn decode(
     })
 }
 
+thread_local! {
+    /// A frame's decompressed lanes, kept per thread (at most one frame,
+    /// 2 MiB) so that a restore takes no page faults on fresh buffers.
+    static LANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// One frame's restore: its compressed bytes, its pages, and the part of
 /// memory that starts at its first page.
 struct FrameJob<'s, 'm> {
@@ -822,34 +642,6 @@ impl FrameJob<'_, '_> {
             i = end;
         }
     }
-}
-
-/// Decompresses exactly `out.len()` bytes from the frame's stream; returns
-/// whether the frame ended with them.
-fn fill(
-    dctx: &mut zstd::zstd_safe::DCtx<'static>,
-    input: &mut zstd::zstd_safe::InBuffer<'_>,
-    out: &mut [u8],
-) -> Result<bool, SnapshotError> {
-    let mut output = zstd::zstd_safe::OutBuffer::around(out);
-    let mut ended = false;
-    while output.pos() < output.capacity() {
-        if ended {
-            return Err(corrupt("a frame ends early"));
-        }
-        let before = (input.pos(), output.pos());
-        let hint = dctx.decompress_stream(&mut output, input).map_err(|code| {
-            corrupt(format!(
-                "cannot decompress: {}",
-                zstd::zstd_safe::get_error_name(code)
-            ))
-        })?;
-        ended = hint == 0;
-        if (input.pos(), output.pos()) == before {
-            return Err(corrupt("a frame ends early"));
-        }
-    }
-    Ok(ended)
 }
 
 impl Snapshot<'_> {
