@@ -35,7 +35,12 @@
 //! 0.13.6 and later pin `indexmap = "=2.11.2"` through their derive crate,
 //! which conflicts with `wit-component`'s `indexmap ^2.14`.
 
-use super::*;
+use crate::format::{HEADER_BYTES, HEAD_FIXED_BYTES, MAGIC};
+use crate::frames::{with_dctx, ZSTD_LEVEL};
+use crate::{
+    decode, encode, Checkpoint, FORMAT_VERSION, MAX_HOST_STATE_BYTES, PAGES_PER_FRAME, PAGE_BYTES,
+    WASM_PAGE_BYTES,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

@@ -1,0 +1,186 @@
+//! Reading a snapshot: the header's checks, then the head, checked against
+//! bounds derived from the caller's ceiling, and the frames' sizes. The
+//! page deltas stay compressed until [`Snapshot::apply`].
+
+use crate::format::{
+    corrupt, SnapshotError, FORMAT_VERSION, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES,
+    MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+};
+use crate::frames::{decompress_frame, next_frame, with_dctx};
+
+/// A decoded, verified snapshot.
+#[derive(Debug)]
+pub struct Snapshot<'a> {
+    /// Linear-memory size at the checkpoint, in bytes.
+    pub memory_bytes: usize,
+    /// Value of `__stack_pointer`.
+    pub stack_pointer: u32,
+    /// The host's per-cell state.
+    pub host_state: Vec<u8>,
+    /// Indexes of the stored pages, strictly increasing.
+    pub(crate) page_indexes: Vec<u32>,
+    /// Each stored page's block stride ([`Checkpoint::block_units`]).
+    ///
+    /// [`Checkpoint::block_units`]: crate::Checkpoint::block_units
+    pub(crate) page_units: Vec<u8>,
+    /// The compressed delta frames, each with its page count, in page
+    /// order.
+    pub(crate) frames: Vec<(&'a [u8], usize)>,
+}
+
+impl Snapshot<'_> {
+    /// Number of stored pages.
+    pub fn page_count(&self) -> usize {
+        self.page_indexes.len()
+    }
+}
+
+/// Reads little-endian fields from the header and the head.
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self.at.checked_add(n).ok_or(SnapshotError::Truncated)?;
+        let bytes = self
+            .data
+            .get(self.at..end)
+            .ok_or(SnapshotError::Truncated)?;
+        self.at = end;
+        Ok(bytes)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let rest = self.data.get(self.at..).unwrap_or_default();
+        let (bytes, _) = rest.split_first_chunk().ok_or(SnapshotError::Truncated)?;
+        self.at += N;
+        Ok(*bytes)
+    }
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        self.array().map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        self.array().map(u64::from_le_bytes)
+    }
+    /// Bytes not read yet.
+    fn remaining(&self) -> usize {
+        self.data.len().saturating_sub(self.at)
+    }
+}
+
+/// Decodes and verifies a snapshot taken from the guest `guest_hash`, whose
+/// memory may be at most `max_memory_bytes`. The page deltas stay
+/// compressed until [`Snapshot::apply`].
+pub fn decode(
+    bytes: &[u8],
+    guest_hash: [u8; 32],
+    max_memory_bytes: usize,
+) -> Result<Snapshot<'_>, SnapshotError> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(if bytes.starts_with(&MAGIC[..bytes.len().min(8)]) {
+            SnapshotError::Truncated
+        } else {
+            SnapshotError::BadMagic
+        });
+    }
+    let mut header = Reader { data: bytes, at: 0 };
+    if header.array::<8>()? != *MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = header.u32()?;
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnknownVersion(version));
+    }
+    if header.array::<32>()? != guest_hash {
+        return Err(SnapshotError::ForeignGuest);
+    }
+    let checksum = header.u32()?;
+    let compressed = &bytes[header.at..];
+    if crc32fast::hash(compressed) != checksum {
+        return Err(SnapshotError::ChecksumMismatch);
+    }
+    let max_memory_bytes =
+        max_memory_bytes.min(usize::try_from(MAX_MEMORY_BYTES).unwrap_or(usize::MAX));
+    let max_pages = max_memory_bytes / PAGE_BYTES;
+    let max_head = (HEAD_FIXED_BYTES + MAX_HOST_STATE_BYTES + 4)
+        .saturating_add(max_pages.saturating_mul(HEAD_BYTES_PER_PAGE));
+    // Frames state their decompressed sizes: allocate exactly that for the
+    // head, after checking it, rather than the ceiling.
+    let (head_frame, head_len, mut rest) = next_frame(compressed)?;
+    if head_len > max_head as u64 {
+        return Err(corrupt(format!("its head would be {head_len} bytes")));
+    }
+    let mut head = vec![0u8; usize::try_from(head_len).unwrap_or(usize::MAX)];
+    with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
+    let mut r = Reader { data: &head, at: 0 };
+    let memory_bytes = usize::try_from(r.u64()?)
+        .map_err(|_| SnapshotError::Corrupt("memory size out of range".into()))?;
+    if memory_bytes > max_memory_bytes || !memory_bytes.is_multiple_of(WASM_PAGE_BYTES) {
+        return Err(SnapshotError::Corrupt(format!(
+            "implausible memory size {memory_bytes}"
+        )));
+    }
+    let stack_pointer = r.u32()?;
+    let state_len = r.u32()? as usize;
+    if state_len > MAX_HOST_STATE_BYTES {
+        return Err(SnapshotError::Corrupt("host state too large".into()));
+    }
+    let host_state = r.take(state_len)?.to_vec();
+    let count = r.u32()? as usize;
+    let page_limit = memory_bytes / PAGE_BYTES;
+    if count > page_limit {
+        return Err(SnapshotError::Corrupt("more pages than memory".into()));
+    }
+    // The rest of the head is exactly the pages' indexes and layout bytes:
+    // a count the head cannot hold is refused before anything is sized by
+    // it.
+    if count.checked_mul(HEAD_BYTES_PER_PAGE) != Some(r.remaining()) {
+        return Err(corrupt(format!(
+            "the head holds {} bytes for {count} pages",
+            r.remaining()
+        )));
+    }
+    let mut page_indexes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let index = r.u32()?;
+        if index as usize >= page_limit || page_indexes.last().is_some_and(|&last| index <= last) {
+            return Err(SnapshotError::Corrupt(format!("bad page index {index}")));
+        }
+        page_indexes.push(index);
+    }
+    let page_units = r.take(count)?.to_vec();
+    if r.at != head.len() {
+        return Err(corrupt("the head has trailing bytes"));
+    }
+    let mut frames = Vec::with_capacity(count.div_ceil(PAGES_PER_FRAME));
+    let mut covered = 0usize;
+    while !rest.is_empty() {
+        let (frame, size, after) = next_frame(rest)?;
+        let pages = usize::try_from(size / PAGE_BYTES as u64).unwrap_or(usize::MAX);
+        if size % PAGE_BYTES as u64 != 0 || pages == 0 || pages > count - covered {
+            return Err(corrupt("page data does not match the page count"));
+        }
+        // The encoder never writes more; a restore's lane buffer is sized
+        // by the frame.
+        if pages > PAGES_PER_FRAME {
+            return Err(corrupt(format!(
+                "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
+            )));
+        }
+        covered += pages;
+        frames.push((frame, pages));
+        rest = after;
+    }
+    if covered != count {
+        return Err(corrupt("page data does not match the page count"));
+    }
+    Ok(Snapshot {
+        memory_bytes,
+        stack_pointer,
+        host_state,
+        page_indexes,
+        page_units,
+        frames,
+    })
+}

@@ -1,0 +1,109 @@
+//! The format's constants (sizes, limits, the header's and the head's
+//! layout) and its errors. See [Layout](crate#layout).
+
+/// Version of the format written by [`encode`] (2: page deltas in
+/// independent frames; 3: each frame's deltas split into byte lanes; 4:
+/// block strides).
+///
+/// [`encode`]: crate::encode
+pub const FORMAT_VERSION: u32 = 4;
+
+/// Granularity of the memory diff, in bytes.
+pub const PAGE_BYTES: usize = 4096;
+
+/// WebAssembly page size: memory sizes are multiples of it.
+pub const WASM_PAGE_BYTES: usize = 65536;
+
+/// Largest host-state document a snapshot may carry, in bytes.
+pub const MAX_HOST_STATE_BYTES: usize = 64 << 20;
+
+/// Largest linear memory a snapshot may describe, in bytes (4 GiB: a
+/// 32-bit Wasm memory's 65,536 pages of 64 KiB). [`decode`] reads no
+/// larger memory whatever ceiling its caller gives, so the head and page
+/// count a snapshot may claim stay bounded (the head then at most
+/// [`MAX_HOST_STATE_BYTES`] plus 5 MiB); [`encode`] refuses larger ones.
+///
+/// [`decode`]: crate::decode
+/// [`encode`]: crate::encode
+pub const MAX_MEMORY_BYTES: u64 = 1 << 32;
+
+/// Most pages one delta frame holds (2 MiB of memory): the unit of
+/// parallel compression and decompression. [`decode`] refuses larger
+/// frames, which bounds a restore's per-thread buffer.
+///
+/// [`decode`]: crate::decode
+pub const PAGES_PER_FRAME: usize = 512;
+
+/// Unit of [`Checkpoint::block_units`], in bytes.
+///
+/// [`Checkpoint::block_units`]: crate::Checkpoint::block_units
+pub const BLOCK_UNIT_BYTES: usize = 16;
+
+pub(crate) const MAGIC: &[u8; 8] = b"QCELLSNP";
+pub(crate) const HEADER_BYTES: usize = 8 + 4 + 32 + 4;
+
+/// Fixed bytes of the head before the host state: memory size, stack
+/// pointer, host-state length.
+pub(crate) const HEAD_FIXED_BYTES: usize = 8 + 4 + 4;
+
+/// Bytes of the head per stored page: its index (u32) and layout byte.
+pub(crate) const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
+
+/// The per-page layout byte of an image page whose delta is stored in
+/// lanes (0: in place). For a page beyond the image the byte is its block
+/// stride ([`Checkpoint::block_units`]).
+///
+/// [`Checkpoint::block_units`]: crate::Checkpoint::block_units
+pub(crate) const IMAGE_PAGE_IN_LANES: u8 = 1;
+
+/// Why a snapshot could not be taken or read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotError {
+    /// The checkpoint's payload is larger than allowed.
+    TooLarge {
+        /// Payload bytes the checkpoint needs.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Shorter than its header, or its payload ends early.
+    Truncated,
+    /// Not a quickcell snapshot.
+    BadMagic,
+    /// Written by a format this build does not read.
+    UnknownVersion(u32),
+    /// Taken from a different guest module.
+    ForeignGuest,
+    /// The payload does not match its checksum.
+    ChecksumMismatch,
+    /// The payload is inconsistent (bad page index, sizes, compression).
+    Corrupt(String),
+}
+
+impl std::error::Error for SnapshotError {}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::TooLarge { bytes, limit } => write!(
+                f,
+                "the checkpoint holds {bytes} bytes; the limit is {limit}"
+            ),
+            Self::Truncated => f.write_str("the snapshot is truncated"),
+            Self::BadMagic => f.write_str("the data is not a quickcell snapshot"),
+            Self::UnknownVersion(v) => write!(
+                f,
+                "the snapshot has format version {v}; this build reads version {FORMAT_VERSION}"
+            ),
+            Self::ForeignGuest => {
+                f.write_str("the snapshot was taken from a different guest module")
+            }
+            Self::ChecksumMismatch => f.write_str("the snapshot fails its checksum"),
+            Self::Corrupt(what) => write!(f, "the snapshot is corrupt: {what}"),
+        }
+    }
+}
+
+pub(crate) fn corrupt(what: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::Corrupt(what.to_string())
+}

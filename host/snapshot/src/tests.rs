@@ -1,0 +1,669 @@
+//! Tests of the codec as a whole: round trips, and snapshots damaged or
+//! forged to break each of the checks [`decode`] makes.
+
+use crate::format::{corrupt, HEADER_BYTES, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES};
+use crate::frames::{next_frame, ZSTD_FRAME_MAGIC};
+#[cfg(target_os = "linux")]
+use crate::pagemap;
+use crate::pages::{changed_pages, inside_image};
+use crate::{
+    decode, encode, fuzz, Checkpoint, SnapshotError, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
+    PAGES_PER_FRAME, PAGE_BYTES, PARALLEL_PAYLOAD_BYTES, WASM_PAGE_BYTES,
+};
+use std::ops::Range;
+
+const GUEST: [u8; 32] = [3; 32];
+
+fn sample() -> (Vec<u8>, Vec<u8>) {
+    let image = vec![7u8; 65536];
+    let mut memory = vec![7u8; 131072];
+    memory[5] = 1; // page 0 changed
+    memory[70000] = 9; // beyond the image: non-zero pages differ
+    memory[65536 + PAGE_BYTES * 2..65536 + PAGE_BYTES * 3].fill(0); // a zero page beyond it
+    (image, memory)
+}
+
+fn checkpoint<'a>(memory: &'a [u8], image: &'a [u8], dead: Range<usize>) -> Checkpoint<'a> {
+    Checkpoint {
+        memory,
+        image,
+        dead,
+        stack_pointer: 1234,
+        host_state: b"{\"a\":1}",
+        guest_hash: GUEST,
+        max_payload_bytes: 1 << 20,
+        memory_maps_image: false,
+        block_units: &[],
+    }
+}
+
+/// A private copy-on-write mapping of a file holding `image`, followed
+/// by anonymous memory: how Wasmtime maps a linear memory.
+#[cfg(target_os = "linux")]
+struct MappedMemory {
+    base: *mut std::ffi::c_void,
+    len: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl MappedMemory {
+    fn new(image: &[u8], len: usize) -> MappedMemory {
+        use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
+        use rustix::mm::{mmap, mmap_anonymous, MapFlags, ProtFlags};
+        let fd = memfd_create("image", MemfdFlags::CLOEXEC).unwrap();
+        ftruncate(&fd, image.len() as u64).unwrap();
+        rustix::io::write(&fd, image).unwrap();
+        let rw = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: fresh mappings the test owns until `drop`.
+        unsafe {
+            let base = mmap_anonymous(std::ptr::null_mut(), len, rw, MapFlags::PRIVATE).unwrap();
+            mmap(
+                base,
+                image.len(),
+                rw,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+                &fd,
+                0,
+            )
+            .unwrap();
+            MappedMemory { base, len }
+        }
+    }
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is `len` bytes, readable and writable.
+        unsafe { std::slice::from_raw_parts_mut(self.base.cast(), self.len) }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for MappedMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmaps what `new` mapped.
+        unsafe { rustix::mm::munmap(self.base, self.len).unwrap() };
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn pages_never_written_in_a_mapped_image_are_not_compared() {
+    let image: Vec<u8> = (0..WASM_PAGE_BYTES * 2).map(|i| (i / 7) as u8).collect();
+    let mut mapped = MappedMemory::new(&image, WASM_PAGE_BYTES * 3);
+    let memory = mapped.bytes();
+    // Read everything (maps file pages and the zero page), write a few.
+    assert!(memory[..image.len()] == image[..]);
+    assert!(memory[image.len()..].iter().all(|&b| b == 0));
+    memory[3 * PAGE_BYTES + 5] ^= 0xFF; // changed
+    let same = memory[9 * PAGE_BYTES];
+    // SAFETY: an in-bounds write the compiler must not drop.
+    unsafe { std::ptr::write_volatile(&mut memory[9 * PAGE_BYTES], same) }; // written, unchanged
+    memory[20 * PAGE_BYTES + 1] ^= 1; // changed
+    memory[40 * PAGE_BYTES + 1] = 1; // beyond the image
+    let memory = &*memory;
+    let Some(written) = pagemap::written_pages(memory) else {
+        // Without a readable pagemap every page is compared; where the
+        // file opens, it must also pass the self-check.
+        assert!(std::fs::File::open("/proc/self/pagemap").is_err());
+        return;
+    };
+    let marked: Vec<usize> = (0..written.len()).filter(|&i| written[i]).collect();
+    // Inside the image only the written pages; beyond it, pages that
+    // were read map the shared zero page, which is compared too.
+    let image_pages = image.len() / PAGE_BYTES;
+    assert_eq!(
+        marked
+            .iter()
+            .filter(|&&i| i < image_pages)
+            .collect::<Vec<_>>(),
+        [&3, &9, &20]
+    );
+    assert!(marked.contains(&40), "{marked:?}");
+    let mut c = checkpoint(memory, &image, 0..0);
+    c.memory_maps_image = true;
+    let encoded = encode(&c).unwrap();
+    let snapshot = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+    assert_eq!(snapshot.page_indexes, [3, 20, 40]);
+    assert_eq!(
+        snapshot.page_indexes,
+        changed_pages(memory, &image, &(0..0), None)
+    );
+    let mut restored = image.clone();
+    restored.resize(memory.len(), 0);
+    snapshot.apply(&mut restored, image.len()).unwrap();
+    assert!(restored == memory);
+}
+
+/// 2 MiB beyond a 1 MiB image in blocks of `block` bytes: a counter, a
+/// constant, an address one block apart and a count that is mostly 1 (as
+/// QuickJS's objects are: a shape, an index, the next property array,
+/// a reference count).
+fn blocks_sample(block: usize) -> (Vec<u8>, Vec<u8>) {
+    let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+    let mut memory = image.clone();
+    memory.resize(3 << 20, 0);
+    for (i, b) in memory[1 << 20..].chunks_mut(block).enumerate() {
+        let count = 1 + u32::from(i % 16 == 5);
+        let fields = [i as u32, 0xFFF8_0001, (block * i) as u32, count];
+        for (word, value) in b.chunks_exact_mut(4).zip(fields) {
+            word.copy_from_slice(&value.to_le_bytes());
+        }
+    }
+    (image, memory)
+}
+
+#[test]
+fn block_hints_make_equal_blocks_smaller_and_any_hint_restores() {
+    let (image, memory) = blocks_sample(32);
+    let pages = memory.len() / WASM_PAGE_BYTES;
+    let mut c = checkpoint(&memory, &image, 0..0);
+    c.max_payload_bytes = 64 << 20;
+    let plain = encode(&c).unwrap().bytes;
+    let right = vec![2u8; pages]; // 32-byte blocks
+    c.block_units = &right;
+    let hinted = encode(&c).unwrap().bytes;
+    assert!(
+        hinted.len() * 3 < plain.len(),
+        "{} bytes hinted, {} plain",
+        hinted.len(),
+        plain.len()
+    );
+    // Wrong, odd, maximal, partial and missing hints restore exactly.
+    let wrong: Vec<u8> = (0..pages).map(|p| [0, 1, 3, 7, 32, 255][p % 6]).collect();
+    let short = vec![2u8; pages / 2];
+    for units in [&right[..], &wrong[..], &short[..], &[][..]] {
+        c.block_units = units;
+        let encoded = encode(&c).unwrap();
+        let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).unwrap();
+        assert!(
+            restored == memory,
+            "hints {:?}",
+            &units[..units.len().min(20)]
+        );
+    }
+}
+
+#[test]
+fn round_trip_restores_changed_pages_only() {
+    let (image, memory) = sample();
+    let bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+    assert_eq!(snap.memory_bytes, memory.len());
+    assert_eq!(snap.stack_pointer, 1234);
+    assert_eq!(snap.host_state, b"{\"a\":1}");
+    let pages = snap.page_count();
+    let mut restored = image.clone();
+    restored.resize(memory.len(), 0);
+    snap.apply(&mut restored, image.len()).unwrap();
+    assert_eq!(restored, memory);
+    // Page 0, and the 16 pages beyond the image except the zero one.
+    assert_eq!(pages, 1 + 16 - 1);
+}
+
+#[test]
+fn sparse_changes_compress_far_below_their_pages() {
+    let image: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let mut memory = image.clone();
+    for page in 0..64 {
+        memory[page * PAGE_BYTES * 4 + 17] ^= 0x5A;
+    }
+    let bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    assert!(bytes.len() < 64 * PAGE_BYTES / 20, "{} bytes", bytes.len());
+    let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+    // Sparse deltas are stored in place.
+    assert!(snap.page_units.iter().all(|&layout| layout == 0));
+    let mut restored = image.clone();
+    snap.apply(&mut restored, image.len()).unwrap();
+    assert_eq!(restored, memory);
+}
+
+/// Recomputes the checksum of a snapshot edited after its header.
+fn reseal(bytes: &mut [u8]) {
+    let checksum = crc32fast::hash(&bytes[HEADER_BYTES..]);
+    bytes[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
+}
+
+#[test]
+fn large_snapshots_round_trip_through_parallel_frames() {
+    let (image, memory) = large_sample();
+    let mut c = checkpoint(&memory, &image, 0..0);
+    c.max_payload_bytes = 64 << 20;
+    let units: Vec<u8> = (0..memory.len() / WASM_PAGE_BYTES)
+        .map(|p| [0, 4, 1, 9][p % 4])
+        .collect();
+    c.block_units = &units;
+    let encoded = encode(&c).unwrap();
+    assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
+    let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
+    assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
+    // The image pages' deltas are dense: they are stored in lanes.
+    let inside = inside_image(&snap.page_indexes, image.len());
+    assert!(inside > 0);
+    assert!(snap.page_units[..inside]
+        .iter()
+        .all(|&layout| layout == IMAGE_PAGE_IN_LANES));
+    let mut restored = image.clone();
+    restored.resize(memory.len(), 0);
+    snap.apply(&mut restored, image.len()).unwrap();
+    assert!(restored == memory);
+}
+
+/// A 1 MiB image and 9 MiB of memory: changed pages inside the image
+/// and runs beyond it, broken by unchanged (zero) pages up to 4 MiB and
+/// unbroken after, enough for several frames and threads.
+fn large_sample() -> (Vec<u8>, Vec<u8>) {
+    let image: Vec<u8> = (0..1usize << 20).map(|i| (i % 251) as u8).collect();
+    let mut memory = image.clone();
+    memory.resize(9 << 20, 0);
+    let mut x = 12345u64;
+    for (i, page) in memory.chunks_exact_mut(PAGE_BYTES).enumerate() {
+        if i % 97 == 5 && i < 1024 {
+            continue; // unchanged
+        }
+        for b in page.iter_mut().step_by(3) {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *b ^= (x >> 59) as u8;
+        }
+    }
+    (image, memory)
+}
+
+/// A process forked after the codec pool was made has none of its
+/// threads; handing them work would wait forever.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_forked_process_encodes_and_restores_large_snapshots() {
+    let (image, memory) = large_sample();
+    let mut c = checkpoint(&memory, &image, 0..0);
+    c.max_payload_bytes = 64 << 20;
+    let encoded = encode(&c).unwrap(); // makes the pool here
+    let round_trip = || {
+        let again = encode(&c).ok()?;
+        let snap = decode(&again.bytes, GUEST, 1 << 30).ok()?;
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).ok()?;
+        (again.bytes == encoded.bytes && restored == memory).then_some(())
+    };
+    // SAFETY: the child runs only the round trip, then `_exit`s.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let code = if round_trip().is_some() { 0 } else { 1 };
+        // SAFETY: ends the child without running the parent's exit code.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let done = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) };
+        if done == child {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: our own child.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+            panic!("the forked process hung encoding a large snapshot");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked process failed the round trip (status {status})"
+    );
+}
+
+#[test]
+fn frames_that_disagree_with_the_page_count_are_corrupt() {
+    let (image, memory) = sample();
+    let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let (head, _, pages) = next_frame(&good[HEADER_BYTES..]).unwrap();
+    let head_end = HEADER_BYTES + head.len();
+    // The page frame left out.
+    let mut v = good[..head_end].to_vec();
+    reseal(&mut v);
+    let e = decode(&v, GUEST, 1 << 30).unwrap_err();
+    assert_eq!(e, corrupt("page data does not match the page count"));
+    // A page frame repeated.
+    let mut v = good.clone();
+    v.extend_from_slice(pages);
+    reseal(&mut v);
+    let e = decode(&v, GUEST, 1 << 30).unwrap_err();
+    assert_eq!(e, corrupt("page data does not match the page count"));
+    // Garbage after the frames.
+    let mut v = good.clone();
+    v.extend_from_slice(b"garbage!");
+    reseal(&mut v);
+    assert!(matches!(
+        decode(&v, GUEST, 1 << 30).unwrap_err(),
+        SnapshotError::Corrupt(_)
+    ));
+    // A damaged block inside a frame whose header is intact: found when
+    // the pages are written, as a corrupt snapshot, not a crash.
+    let mut v = good.clone();
+    let mid = head_end + pages.len() / 2;
+    for b in &mut v[mid..mid + 8] {
+        *b ^= 0xA5;
+    }
+    reseal(&mut v);
+    let outcome = decode(&v, GUEST, 1 << 30).and_then(|snap| {
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).map(|()| restored)
+    });
+    match outcome {
+        Err(SnapshotError::Corrupt(_)) => {}
+        Ok(restored) => assert!(restored != memory, "damage went unnoticed"),
+        Err(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+#[test]
+fn dead_pages_are_left_out() {
+    let (image, mut memory) = sample();
+    memory[PAGE_BYTES * 3 + 7] = 42; // page 3, inside the dead range
+    let pages = |dead| {
+        decode(
+            &encode(&checkpoint(&memory, &image, dead)).unwrap().bytes,
+            GUEST,
+            1 << 30,
+        )
+        .unwrap()
+        .page_count()
+    };
+    let all = pages(0..0);
+    assert_eq!(pages(PAGE_BYTES..PAGE_BYTES * 5), all - 1);
+    // A range that covers only part of a page keeps the page.
+    assert_eq!(pages(PAGE_BYTES..PAGE_BYTES * 3 + 100), all);
+}
+
+#[test]
+fn payload_over_the_limit_is_refused() {
+    let (image, memory) = sample();
+    let mut c = checkpoint(&memory, &image, 0..0);
+    c.max_payload_bytes = 4096;
+    assert!(matches!(
+        encode(&c).unwrap_err(),
+        SnapshotError::TooLarge { limit: 4096, .. }
+    ));
+}
+
+#[test]
+fn damaged_snapshots_are_told_apart() {
+    let (image, memory) = sample();
+    let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let check = |b: &[u8]| decode(b, GUEST, 1 << 30).unwrap_err();
+    assert_eq!(check(&good[..20]), SnapshotError::Truncated);
+    assert_eq!(
+        check(b"not a snapshot at all, clearly not, no"),
+        SnapshotError::BadMagic
+    );
+    let mut v = good.clone();
+    v[8] = 99;
+    assert_eq!(check(&v), SnapshotError::UnknownVersion(99));
+    assert_eq!(
+        decode(&good, [4; 32], 1 << 30).unwrap_err(),
+        SnapshotError::ForeignGuest
+    );
+    let mut v = good.clone();
+    let last = v.len() - 1;
+    v[last] ^= 0x55;
+    assert_eq!(check(&v), SnapshotError::ChecksumMismatch);
+    assert_eq!(
+        check(&good[..good.len() - 3]),
+        SnapshotError::ChecksumMismatch
+    );
+    // Memory larger than the caller allows.
+    assert!(matches!(
+        decode(&good, GUEST, 65536).unwrap_err(),
+        SnapshotError::Corrupt(_)
+    ));
+}
+
+/// A decode of `bytes` for [`GUEST`], with the most Rust heap it
+/// allocated.
+fn decode_metered(bytes: &[u8], max_memory_bytes: usize) -> (Result<usize, SnapshotError>, usize) {
+    fuzz::peak_allocation(|| decode(bytes, GUEST, max_memory_bytes).map(|s| s.page_count()))
+}
+
+#[test]
+fn a_memory_over_the_wasm32_limit_is_refused_whatever_the_ceiling() {
+    // Within the limit, with the largest ceiling: decodes.
+    let (image, memory) = sample();
+    let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    assert!(decode(&good, GUEST, usize::MAX).is_ok());
+    let exactly = fuzz::seal(&fuzz::frame(&fuzz::head(
+        MAX_MEMORY_BYTES,
+        0,
+        b"",
+        0,
+        &[],
+        &[],
+    )));
+    assert_eq!(
+        decode(&exactly, GUEST, usize::MAX).unwrap().memory_bytes as u64,
+        MAX_MEMORY_BYTES
+    );
+    // Over it: refused even when the caller allows anything.
+    let over = MAX_MEMORY_BYTES + WASM_PAGE_BYTES as u64;
+    let v = fuzz::seal(&fuzz::frame(&fuzz::head(over, 0, b"", 0, &[], &[])));
+    assert_eq!(
+        decode(&v, GUEST, usize::MAX).unwrap_err(),
+        corrupt(format!("implausible memory size {over}"))
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn encoding_a_memory_over_the_wasm32_limit_is_refused() {
+    use rustix::mm::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+    let len = (MAX_MEMORY_BYTES as usize) + WASM_PAGE_BYTES;
+    // SAFETY: a fresh read-only mapping of zeros, never touched and
+    // unmapped below; refused before any page is read.
+    unsafe {
+        let Ok(base) = mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ,
+            MapFlags::PRIVATE | MapFlags::NORESERVE,
+        ) else {
+            return; // no address space for it here
+        };
+        let memory = std::slice::from_raw_parts(base.cast::<u8>(), len);
+        let e = encode(&checkpoint(memory, &[], 0..0)).unwrap_err();
+        munmap(base, len).unwrap();
+        assert!(
+            matches!(e, SnapshotError::Corrupt(ref m) if m.contains("larger than")),
+            "{e:?}"
+        );
+    }
+}
+
+/// A zstd frame that states `size` bytes of content and holds none: a
+/// frame header (single segment, 8-byte size) and an empty last block.
+fn frame_claiming(size: u64) -> Vec<u8> {
+    let mut f = ZSTD_FRAME_MAGIC.to_vec();
+    f.push(0xE0);
+    f.extend_from_slice(&size.to_le_bytes());
+    f.extend_from_slice(&[1, 0, 0]);
+    f
+}
+
+#[test]
+fn a_head_frame_claiming_gigabytes_is_refused_before_allocating() {
+    // Largest head a 1 MiB ceiling allows: a full host state and a page
+    // table for every page.
+    let max_head = HEAD_FIXED_BYTES + MAX_HOST_STATE_BYTES + 4 + 256 * 5;
+    for (claim, refused) in [
+        (1u64 << 40, true),
+        (u64::MAX >> 1, true),
+        (max_head as u64 + 1, true),
+        (max_head as u64, false),
+    ] {
+        let v = fuzz::seal(&frame_claiming(claim));
+        let (result, peak) = decode_metered(&v, 1 << 20);
+        let e = result.unwrap_err();
+        if refused {
+            assert_eq!(e, corrupt(format!("its head would be {claim} bytes")));
+            assert!(peak < 4096, "{peak} bytes allocated for a refused head");
+        } else {
+            // Allowed: allocated (once), then found not to hold it.
+            assert!(matches!(e, SnapshotError::Corrupt(_)), "{e:?}");
+            assert!(peak <= max_head + 4096, "{peak}");
+        }
+    }
+}
+
+#[test]
+fn a_page_count_the_head_cannot_hold_is_refused_before_allocating() {
+    let memory = 64 << 20;
+    // Obeyed: three pages, three indexes and layout bytes.
+    let ok = fuzz::head(memory, 0, b"", 3, &[1, 2, 9], &[0, 0, 0]);
+    let mut v = fuzz::frame(&ok);
+    v.extend_from_slice(&fuzz::frame(&vec![0; 3 * PAGE_BYTES]));
+    assert_eq!(decode_metered(&fuzz::seal(&v), 1 << 30).0, Ok(3));
+    // Violated: the largest count the memory allows, and no table.
+    let count = (memory / PAGE_BYTES as u64) as u32;
+    let v = fuzz::seal(&fuzz::frame(&fuzz::head(memory, 0, b"", count, &[], &[])));
+    let (result, peak) = decode_metered(&v, 1 << 30);
+    assert_eq!(
+        result.unwrap_err(),
+        corrupt(format!("the head holds 0 bytes for {count} pages"))
+    );
+    assert!(peak < 4096, "{peak} bytes allocated");
+    // A table one byte short.
+    let short = fuzz::head(memory, 0, b"", 3, &[1, 2, 9], &[0, 0]);
+    assert_eq!(
+        decode(&fuzz::seal(&fuzz::frame(&short)), GUEST, 1 << 30).unwrap_err(),
+        corrupt("the head holds 14 bytes for 3 pages")
+    );
+    // More pages than the memory has.
+    let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, 0, b"", 17, &[], &[])));
+    assert_eq!(
+        decode(&v, GUEST, 1 << 30).unwrap_err(),
+        corrupt("more pages than memory")
+    );
+}
+
+#[test]
+fn a_host_state_over_its_cap_is_refused() {
+    // Obeyed: a host state of 100 KiB.
+    let state = vec![b'x'; 100 << 10];
+    let ok = fuzz::head(65536, state.len() as u32, &state, 0, &[], &[]);
+    let bytes = fuzz::seal(&fuzz::frame(&ok));
+    let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+    assert_eq!(snap.host_state, state);
+    // Violated: a length one over the cap (the bytes need not follow).
+    let over = (MAX_HOST_STATE_BYTES + 1) as u32;
+    let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, over, b"", 0, &[], &[])));
+    assert_eq!(
+        decode(&v, GUEST, 1 << 30).unwrap_err(),
+        corrupt("host state too large")
+    );
+    // A length the head does not hold.
+    let v = fuzz::seal(&fuzz::frame(&fuzz::head(65536, 1000, b"ab", 0, &[], &[])));
+    assert_eq!(
+        decode(&v, GUEST, 1 << 30).unwrap_err(),
+        SnapshotError::Truncated
+    );
+}
+
+#[test]
+fn a_frame_of_more_than_pages_per_frame_pages_is_refused() {
+    let pages = PAGES_PER_FRAME + 1;
+    let indexes: Vec<u32> = (0..pages as u32).collect();
+    let memory = (4 << 20) as u64;
+    let with_frames = |sizes: &[usize]| {
+        let mut v = fuzz::frame(&fuzz::head(
+            memory,
+            0,
+            b"",
+            pages as u32,
+            &indexes,
+            &vec![0; pages],
+        ));
+        for &n in sizes {
+            v.extend_from_slice(&fuzz::frame(&vec![0; n * PAGE_BYTES]));
+        }
+        fuzz::seal(&v)
+    };
+    // Obeyed: a full frame and one more page, as the encoder writes.
+    let bytes = with_frames(&[PAGES_PER_FRAME, 1]);
+    let ok = decode(&bytes, GUEST, 1 << 30).unwrap();
+    let mut restored = vec![0u8; memory as usize];
+    ok.apply(&mut restored, 0).unwrap();
+    // Violated: all of them in one frame.
+    assert_eq!(
+        decode(&with_frames(&[pages]), GUEST, 1 << 30).unwrap_err(),
+        corrupt(format!(
+            "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
+        ))
+    );
+    // The encoder's frames are never larger.
+    let (image, memory) = large_sample();
+    let mut c = checkpoint(&memory, &image, 0..0);
+    c.max_payload_bytes = 64 << 20;
+    let bytes = encode(&c).unwrap().bytes;
+    let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+    assert!(snap.frames.iter().any(|&(_, n)| n == PAGES_PER_FRAME));
+    assert!(snap.frames.iter().all(|&(_, n)| n <= PAGES_PER_FRAME));
+}
+
+#[test]
+fn frames_other_than_standard_zstd_frames_are_refused() {
+    let (image, memory) = sample();
+    let good = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let payload = &good[HEADER_BYTES..];
+    assert!(payload.starts_with(&ZSTD_FRAME_MAGIC));
+    // A skippable frame before the head; a legacy (v0.7) frame magic.
+    let mut skippable = vec![0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4];
+    skippable.extend_from_slice(payload);
+    let mut legacy = payload.to_vec();
+    legacy[..4].copy_from_slice(&0xFD2F_B527u32.to_le_bytes());
+    for v in [skippable, legacy] {
+        assert_eq!(
+            decode(&fuzz::seal(&v), GUEST, 1 << 30).unwrap_err(),
+            corrupt("a frame is not a standard zstd frame")
+        );
+    }
+}
+
+#[test]
+fn every_truncation_of_a_snapshot_is_an_error() {
+    let good = fuzz::small_snapshot();
+    assert_eq!(fuzz::decode_and_apply(&good, 1 << 20), (true, true));
+    for len in 0..good.len() {
+        let cut = &good[..len];
+        assert!(decode(cut, GUEST, 1 << 20).is_err(), "{len} bytes");
+        // With the checksum made to match, the frames must still fail.
+        if len >= HEADER_BYTES {
+            let resealed = fuzz::seal(&cut[HEADER_BYTES..]);
+            assert!(!fuzz::decode_and_apply(&resealed, 1 << 20).0, "{len} bytes");
+        }
+    }
+}
+
+#[test]
+fn every_flipped_byte_is_an_error_or_a_checksum_mismatch() {
+    let good = fuzz::small_snapshot();
+    for at in 0..good.len() {
+        for mask in [0x01, 0x80, 0xFF] {
+            let mut v = good.clone();
+            v[at] ^= mask;
+            let e = decode(&v, GUEST, 1 << 20).unwrap_err();
+            if at >= HEADER_BYTES {
+                assert_eq!(e, SnapshotError::ChecksumMismatch, "byte {at}");
+            }
+            // Resealed, the damage reaches the frames: an error, or a
+            // restore of other bytes, never a panic.
+            if at >= HEADER_BYTES {
+                let resealed = fuzz::seal(&v[HEADER_BYTES..]);
+                fuzz::decode_and_apply(&resealed, 1 << 20);
+            }
+        }
+    }
+}
