@@ -15,7 +15,7 @@
 //! Wasmtime's engine-compatibility hash, so later processes load it in well
 //! under a millisecond instead of compiling it again.
 
-use crate::abi::{self, CellState};
+use crate::guest_abi::{self, CellState};
 use anyhow::{anyhow, bail, Context as _, Result};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
@@ -49,7 +49,7 @@ pub(crate) fn guest_hash() -> [u8; 32] {
 
 /// Fuel a cell's guest code consumes between two yields to the host
 /// ([`Store::fuel_async_yield_interval`]): the points at which a running
-/// cell's deadline is checked ([`crate::abi`]), so this bounds how late a
+/// cell's deadline is checked ([`crate::guest_abi`]), so this bounds how late a
 /// timeout is noticed while guest code runs. One million fuel is ~0.15 ms
 /// of guest code on the 2-core machine the benchmarks run on; a yield
 /// costs ~1 µs. The yields do not change how much fuel a cell uses.
@@ -125,7 +125,7 @@ pub(crate) struct SharedEngine {
 /// [`CellState`]: [`crate::cell`] sets all three before the first call.
 pub(crate) struct FreshInstance {
     pub store: Store<CellState>,
-    pub exports: abi::GuestExports,
+    pub exports: guest_abi::GuestExports,
 }
 
 impl SharedEngine {
@@ -206,7 +206,7 @@ impl SharedEngine {
             .instantiate_async(&mut store)
             .await
             .map_err(|e| anyhow!("cannot instantiate the guest: {e}"))?;
-        let exports = abi::GuestExports::new(&mut store, &instance)?;
+        let exports = guest_abi::GuestExports::new(&mut store, &instance)?;
         if let Some(runs) = self.hot_pages.get() {
             let memory = exports.memory.data_mut(&mut store);
             for run in runs {
@@ -344,7 +344,7 @@ impl SharedEngine {
         let engine = Engine::new(&engine_config())
             .map_err(|e| anyhow!("cannot create the Wasmtime engine: {e}"))?;
         let mut linker: Linker<CellState> = Linker::new(&engine);
-        abi::add_to_linker(&mut linker)?;
+        guest_abi::add_to_linker(&mut linker)?;
 
         let cache_path = module_cache_dir().join(format!("guest-{}.cwasm", cache_key(&engine)));
         let (module, from_cache) = match load_cached(&engine, &cache_path) {

@@ -45,20 +45,18 @@
 //!   input, syntax errors (with `line:column`) and module access (`require`,
 //!   `import()`), using the oxc JavaScript parser.
 
-mod abi;
 mod bridge;
 mod cell;
-mod channel;
 mod clock;
 mod config;
 mod engine;
 mod error;
+mod guest_abi;
 mod input;
 pub mod mcp;
 mod output;
 mod registry;
 mod result;
-mod runs;
 mod runtime;
 #[cfg(feature = "mcp-server")]
 mod server;
@@ -182,7 +180,7 @@ pub mod testing {
                 );
             }
             let _ = crate::output::parse_guest_json(text);
-            let mut buffer = crate::channel::OutputBuffer::new(budget);
+            let mut buffer = crate::guest_abi::channel::OutputBuffer::new(budget);
             buffer.push_raw(text.as_bytes());
             buffer.push_raw(text.as_bytes());
             let entries = buffer.to_values();
@@ -214,7 +212,7 @@ pub mod testing {
                                 session: "fuzz".into(),
                             },
                         });
-                    let request = crate::abi::BridgeRequest {
+                    let request = crate::guest_abi::BridgeRequest {
                         id: 1,
                         method: method.to_string(),
                         args_json: Arc::from(args_json),
@@ -243,6 +241,6 @@ pub mod testing {
     /// Checks the guest's module shape (one mutable global, fixed table,
     /// expected imports only).
     pub fn check_guest_module_shape(wasm: &[u8]) -> Result<(), String> {
-        crate::abi::check_module_shape(wasm).map_err(|e| e.to_string())
+        crate::guest_abi::check_module_shape(wasm).map_err(|e| e.to_string())
     }
 }

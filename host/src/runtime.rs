@@ -1,6 +1,7 @@
 //! The public entry point: [`Runtime`] and its builder.
 
 use crate::bridge::CellTools;
+use crate::cell::runs::RunRegistry;
 use crate::cell::{self, CellEnv};
 use crate::config::{HostLimits, Limits};
 use crate::engine::{self, SharedEngine};
@@ -9,7 +10,6 @@ use crate::input::{ExecInput, WaitInput};
 use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
-use crate::runs::RunRegistry;
 use crate::store::{MemoryStateStore, Owner, StateStore};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;

@@ -54,8 +54,8 @@ pub(crate) use catalog::CellTools;
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;
 
-use crate::abi::BridgeRequest;
 use crate::clock::unix_ms;
+use crate::guest_abi::BridgeRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use session_store::CellSessionStore;
@@ -370,7 +370,7 @@ impl Bridge {
         for mut request in batch {
             let len = request.args_json.len();
             if request.oversized_args.is_none()
-                && held.saturating_add(len) > crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+                && held.saturating_add(len) > crate::guest_abi::MAX_OUTSTANDING_ARGS_BYTES
             {
                 request.oversized_args = Some(len);
                 request.over_outstanding_cap = true;
@@ -503,12 +503,12 @@ impl Bridge {
             let message = if request.over_outstanding_cap {
                 format!(
                     "the arguments of this call ({size} bytes of JSON) would make this cell's unsettled calls hold more than {} bytes of arguments. Await earlier calls before making more, or pass less data.",
-                    crate::abi::MAX_OUTSTANDING_ARGS_BYTES
+                    crate::guest_abi::MAX_OUTSTANDING_ARGS_BYTES
                 )
             } else {
                 format!(
                     "the arguments of this call are {size} bytes of JSON; the bridge accepts at most {} bytes. Pass less data.",
-                    crate::abi::MAX_REQUEST_ARGS_BYTES
+                    crate::guest_abi::MAX_REQUEST_ARGS_BYTES
                 )
             };
             Start::Settled(err(id, message, "invalid_input"))

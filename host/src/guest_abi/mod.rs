@@ -14,8 +14,10 @@
 //!
 //! Every buffer the guest can make the host read is bounded by a named cap.
 
-use crate::channel::OutputBuffer;
+pub(crate) mod channel;
+
 use anyhow::{anyhow, bail, Result};
+use channel::OutputBuffer;
 use wasmtime::{
     Caller, Extern, Global, Instance, Linker, Memory, ResourceLimiter, Store, TypedFunc,
 };

@@ -1,0 +1,131 @@
+//! The boundary loop (contract §9.2): dispatch the guest's requests,
+//! deliver settlements, run the guest again; end, or park.
+
+use super::*;
+
+impl LiveCell {
+    /// The boundary loop (contract §9.2): dispatch the guest's requests,
+    /// deliver settlements, run the guest again; end, or park.
+    pub(super) async fn drive(
+        mut self,
+        env: &CellEnv<'_>,
+        first: wasmtime::Result<String>,
+    ) -> CellResult {
+        let mut status = first;
+        loop {
+            let json = match status {
+                Ok(json) => json,
+                Err(err) => {
+                    let ending = ending_from_trap(err, self.store.data());
+                    return self.end(env, ending).await;
+                }
+            };
+            let state = self.store.data_mut();
+            let cancels = std::mem::take(&mut state.cancels);
+            let requests = std::mem::take(&mut state.requests);
+            state.request_bytes = 0;
+            let dropped = std::mem::take(&mut state.requests_dropped);
+            self.bridge.cancel(cancels);
+            if !requests.is_empty() && self.run_id.is_none() && self.slot.is_none() {
+                if let Err(message) = self.bridge.check_capacity(requests.len() + dropped) {
+                    return self.end(env, bridge_failure(message)).await;
+                }
+                match env.runs.take_slot(&self.owner.session).await {
+                    Ok(Ok(slot)) => self.slot = Some(slot),
+                    Ok(Err(refused)) => {
+                        let message = refused.message(&env.runs.limits);
+                        return self.end(env, bridge_failure(message)).await;
+                    }
+                    Err(e) => {
+                        return self
+                            .end(
+                                env,
+                                Ending::Failed {
+                                    code: ErrorCode::InternalError,
+                                    phase: FailurePhase::Host,
+                                    error: format!(
+                                        "InternalError: cannot read the state store: {e:#}"
+                                    ),
+                                },
+                            )
+                            .await
+                    }
+                }
+            }
+            if let Err(message) = self.bridge.accept(requests, dropped) {
+                return self.end(env, bridge_failure(message)).await;
+            }
+            // `None`: the cell's promise has not settled yet.
+            match ending_from_status(&json) {
+                Some(ending @ Ending::Failed { .. }) => return self.end(env, ending).await,
+                Some(ending) if !self.bridge.has_work() => return self.end(env, ending).await,
+                None if !self.bridge.has_work() => {
+                    // A cell can look pending with nothing left to do
+                    // because it ran out of memory: an allocation that failed
+                    // inside a promise reaction rejects that promise instead
+                    // of failing the job (`loop = () => Promise.resolve()
+                    // .then(loop)` breaks its chain that way), and nothing
+                    // observes the rejection. That is the memory limit's
+                    // doing, as is a stop at the deadline the deadline's.
+                    let data = self.store.data();
+                    let ending = if data.memory_refused {
+                        Ending::Failed {
+                            code: ErrorCode::MemoryLimitExceeded,
+                            phase: FailurePhase::Guest,
+                            error: crate::Error::MemoryLimitExceeded.to_string(),
+                        }
+                    } else if process_nanos() >= data.deadline_ns {
+                        Ending::Failed {
+                            code: ErrorCode::Timeout,
+                            phase: FailurePhase::Guest,
+                            error: crate::Error::Timeout.to_string(),
+                        }
+                    } else {
+                        Ending::Failed {
+                            code: ErrorCode::InternalError,
+                            phase: FailurePhase::Guest,
+                            error: format!("Error: {PENDING_WITHOUT_HOST_WORK}"),
+                        }
+                    };
+                    return self.end(env, ending).await;
+                }
+                // Awaiting (result pending) or draining (value ready,
+                // detached requests outstanding).
+                _ => {}
+            }
+            if self.bridge.has_yield() {
+                if self.await_results {
+                    // A required cell cannot hand control back to the
+                    // model: its yields resolve at once.
+                    self.bridge.release_yields();
+                } else {
+                    return self.park(env).await;
+                }
+            }
+            let batch = if self.await_results {
+                // Waiting on tools pauses the clock of a required cell.
+                let waiting_since = process_nanos();
+                let batch = self.bridge.next_batch(None).await;
+                let waited = process_nanos().saturating_sub(waiting_since);
+                let deadline = &mut self.store.data_mut().deadline_ns;
+                *deadline = deadline.saturating_add(waited);
+                batch
+            } else {
+                let park_at = self.park_at(env);
+                if Instant::now() >= park_at {
+                    None
+                } else {
+                    self.bridge.next_batch(Some(park_at)).await
+                }
+            };
+            match batch {
+                Some(batch) if batch.is_empty() => status = Ok(json),
+                Some(batch) => {
+                    let results = serde_json::to_string(&batch).unwrap_or_default();
+                    status = self.exports.settle(&mut self.store, &results).await;
+                }
+                None => return self.park(env).await,
+            }
+        }
+    }
+}

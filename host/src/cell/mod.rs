@@ -1,0 +1,376 @@
+//! Running one cell: admission checks, a fresh instance in its own `Store`,
+//! the boundary loop (dispatch, settle, run the guest again), parking and
+//! resuming, and the mapping of every way a call can end to the contract's
+//! result union.
+//!
+//! A call (`exec` or `wait`) ends in one of three ways: the cell completes,
+//! fails, or *parks*. It parks when a `yield` is pending, or when host work
+//! is still unsettled as the call's remaining budget reaches the resume
+//! margin ([`resume_margin`]). Parking prepares the guest's heap (garbage
+//! collection once the cell has taken 1 MiB of new heap, then the
+//! allocator's free pages zeroed), encodes a snapshot
+//! (`quickcell-snapshot`: changed pages as XOR deltas, the stack pointer,
+//! and [`HostState`]), stores it in the state store and hands the bridge to
+//! the run registry, which keeps its requests running. `wait` claims the
+//! run, restores it into a fresh instance and continues the same loop. See
+//! `docs/decisions.md` (Suspension) for the decisions behind each step.
+//!
+//! How each limit ends a call (told apart by type, never by message text):
+//!
+//! | limit | mechanism | code |
+//! |---|---|---|
+//! | `timeoutMs` | the guest yields every [`crate::engine::YIELD_FUEL`] of fuel; each guest call is checked against the real clock then and fails with [`DeadlineExceeded`] ([`crate::guest_abi::before_deadline`]) | `timeout` |
+//! | `fuel` | Wasmtime fuel; [`Trap::OutOfFuel`] | `fuel_exhausted` |
+//! | `memoryLimitBytes` | QuickJS heap limit (catchable `InternalError: out of memory`; uncaught → failure) and a linear-memory cap in the store's limiter (refused growth) | `memory_limit_exceeded` |
+//! | stack depth | the guest's stack guard raises a catchable `RangeError` | `internal_error` when uncaught |
+//!
+//! The timeout is enforced by the host's deadline check at the guest's
+//! fuel yields alone: the QuickJS interrupt handler is not used, so there
+//! is no separate hard-stop grace period — the deadline *is* the hard stop,
+//! and output emitted before it is kept. A module-access `ReferenceError` at run time
+//! (`require`, `module`, `process`) fails with `invalid_input` and the
+//! module-access message, in phase `guest` (the guest had started).
+
+mod drive;
+mod finish;
+mod park;
+mod restore;
+pub(crate) mod runs;
+
+use crate::bridge::{Bridge, BridgeState, CellTools, SessionAccess};
+use crate::clock::unix_ms;
+use crate::config::{Fuel, Limits};
+use crate::engine::{FreshInstance, SharedEngine};
+use crate::guest_abi::channel::OutputBuffer;
+use crate::guest_abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
+use crate::input::{ExecInput, WaitInput};
+use crate::output;
+use crate::result::{
+    CellResult, Completed, ErrorCode, Failed, FailurePhase, PendingToolCall, Telemetry, WaitReason,
+    Waiting,
+};
+use crate::source;
+use crate::store::{ClaimRefused, Owner, ParkedRun};
+use finish::*;
+pub(crate) use finish::{host_panic, input_failure};
+use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
+use restore::restore;
+use runs::{RunRegistry, SlotGuard};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::{Memory, Store, Trap, Val};
+
+/// Warning of a completed cell whose store writes could not be committed.
+pub(crate) const STORE_COMMIT_UNCONFIRMED: &str = "Code Mode session store persistence could not be confirmed. The cell completed; verify the session transcript before relying on these values in a later cell or reply.";
+
+/// Message of a cell whose promise can never settle.
+pub(crate) const PENDING_WITHOUT_HOST_WORK: &str = "code mode promise is pending without host work";
+
+/// The guest's status JSON (see `wit/bridge.wit`): `state` is
+/// `completed` (with `value`), `failed` (with `kind` and `error`) or
+/// `pending` (with `requests`).
+#[derive(Deserialize)]
+struct GuestStatus<'a> {
+    state: &'a str,
+    #[serde(borrow)]
+    value: Option<&'a RawValue>,
+    kind: Option<String>,
+    error: Option<String>,
+}
+
+/// How a call ended, before output fitting.
+enum Ending {
+    Completed {
+        value_json: String,
+    },
+    Failed {
+        code: ErrorCode,
+        phase: FailurePhase,
+        error: String,
+    },
+}
+
+/// What a cell call needs from its runtime.
+pub(crate) struct CellEnv<'a> {
+    pub shared: &'a Arc<SharedEngine>,
+    pub limits: &'a Limits,
+    pub tools: &'a Arc<CellTools>,
+    pub runs: &'a Arc<RunRegistry>,
+    pub telemetry: &'a (dyn Fn() -> Telemetry + Sync),
+}
+
+/// The host's per-cell state that a snapshot carries (the guest's state is
+/// its linear memory).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HostState {
+    run_id: String,
+    agent_run: String,
+    session: String,
+    generation: u64,
+    last_request_id: u64,
+    delivered_output_bytes: usize,
+    max_output_bytes: usize,
+    restart_safe: bool,
+    /// The guest's monotonic clock at the checkpoint, in nanoseconds.
+    guest_clock_ns: u64,
+    parked_unix_ms: u64,
+    bridge: BridgeState,
+}
+
+/// A cell with a live instance, during one call.
+struct LiveCell {
+    store: Store<CellState>,
+    exports: GuestExports,
+    bridge: Bridge,
+    run_id: Option<String>,
+    owner: Owner,
+    generation: u64,
+    delivered: usize,
+    max_output: usize,
+    restart_safe: bool,
+    await_results: bool,
+    slot: Option<SlotGuard>,
+    fuel_start: u64,
+}
+
+/// Margin before the deadline at which a cell waiting on host work parks
+/// (contract §6: 250 ms, or half the budget when that is smaller).
+fn resume_margin(timeout_ms: u64) -> Duration {
+    Duration::from_millis(250.min((timeout_ms / 2).max(1)))
+}
+
+fn new_run_id() -> String {
+    format!("cm_{}", uuid::Uuid::new_v4())
+}
+
+/// A fresh instance in its own store (see [`SharedEngine::instance`]), with
+/// the cell's state, fuel and deadline (in [`process_nanos`]).
+async fn instantiate(
+    env: &CellEnv<'_>,
+    output_cap: usize,
+    clock_offset_ns: u64,
+    deadline_ns: u64,
+) -> Result<(Store<CellState>, GuestExports, u64), CellResult> {
+    let memory_cap = env
+        .limits
+        .linear_memory_cap(env.shared.initial_memory_bytes);
+    let FreshInstance { mut store, exports } = match env.shared.instance().await {
+        Ok(fresh) => fresh,
+        Err(e) => return Err(unavailable(format!("{e:#}"), (env.telemetry)())),
+    };
+    store.data_mut().prepare_call(
+        memory_cap,
+        OutputBuffer::new(output_cap),
+        clock_offset_ns,
+        deadline_ns,
+    );
+    let fuel = match env.limits.fuel {
+        Fuel::Limited(n) => n,
+        Fuel::Unlimited => u64::MAX,
+    };
+    if let Err(e) = store.set_fuel(fuel) {
+        return Err(host_failure(
+            format!("cannot set fuel: {e}"),
+            (env.telemetry)(),
+        ));
+    }
+    Ok((store, exports, fuel))
+}
+
+/// The deadline of a call that starts now, in [`process_nanos`].
+fn deadline_after(timeout_ms: u64) -> u64 {
+    process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000))
+}
+
+/// Runs a new cell (`exec`) until it completes, fails or parks.
+pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
+    if let Err(message) = input.validate() {
+        return input_failure(message, (env.telemetry)());
+    }
+    let is_tool_global = |name: &str| env.tools.projection.resolve(name).is_some();
+    // Large sources are checked a few at a time process-wide: a hostile one
+    // may touch a lot of stack while it is parsed (see `source`).
+    static LARGE_CHECKS: tokio::sync::Semaphore =
+        tokio::sync::Semaphore::const_new(source::MAX_LARGE_SOURCE_CHECKS);
+    let permit = if input.code.len() > source::LARGE_SOURCE_BYTES {
+        LARGE_CHECKS.acquire().await.ok()
+    } else {
+        None
+    };
+    let prepared = source::prepare_source(&input.code, &is_tool_global);
+    drop(permit);
+    let cell_function = match prepared {
+        Ok(text) => text,
+        Err(rejection) => return input_failure(rejection.message(), (env.telemetry)()),
+    };
+    let deadline = deadline_after(env.limits.timeout_ms);
+    let max_output = env.limits.max_output_bytes as usize;
+    let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, deadline).await {
+        Ok(x) => x,
+        Err(failure) => return failure,
+    };
+    // The random seed has a fixed width, so parsing it costs the same fuel
+    // for every seed; the catalog's members are built once per runtime.
+    let options = format!(
+        r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
+        env.limits.memory_limit_bytes,
+        rand_seed(),
+        env.tools.start_options,
+    );
+    let status = exports
+        .start(&mut store, &cell_function, &options, &env.tools.metas_json)
+        .await;
+    let cell = LiveCell {
+        store,
+        exports,
+        bridge: Bridge::new(
+            env.tools.clone(),
+            env.limits.max_pending_tool_calls as usize,
+            input.restart_safe,
+        )
+        .with_reply_inbox(env.limits.reply_inbox_bytes())
+        .with_session(SessionAccess {
+            state: env.runs.store.clone(),
+            owner: input.owner.clone(),
+        }),
+        run_id: None,
+        owner: input.owner.clone(),
+        generation: 0,
+        delivered: 0,
+        max_output,
+        restart_safe: input.restart_safe,
+        await_results: input.await_results,
+        slot: None,
+        fuel_start,
+    };
+    cell.drive(env, status).await
+}
+
+/// The contract's message for a refused `wait`.
+fn refusal_message(refused: ClaimRefused) -> &'static str {
+    match refused {
+        ClaimRefused::Unavailable => "code mode run is unavailable or expired.",
+        ClaimRefused::OtherAgentRun => "code mode run belongs to a different agent run.",
+        ClaimRefused::OtherSession => "code mode run belongs to a different session.",
+        ClaimRefused::Busy => "code mode run is already being resumed.",
+    }
+}
+
+/// Resumes a parked cell (`wait`).
+pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
+    if let Err(message) = input.validate() {
+        return input_failure(message, (env.telemetry)());
+    }
+    let run_id = input.run_id.trim();
+    let live = env.runs.take_live(run_id).await;
+    let now = unix_ms();
+    // A claim outlives this call's deadline by the hard-stop grace, so a
+    // `wait` that is still running is never mistaken for an abandoned one.
+    let claim_until = now + env.limits.timeout_ms + CLAIM_GRACE_MS;
+    let claimed = match env
+        .runs
+        .store
+        .claim(run_id, &input.owner, now, claim_until)
+        .await
+    {
+        Ok(Ok(claimed)) => claimed,
+        Ok(Err(refused)) => {
+            if let (Some(bridge), false) = (live, refused == ClaimRefused::Unavailable) {
+                env.runs.put_back(run_id, bridge);
+            }
+            return input_failure(refusal_message(refused).to_string(), (env.telemetry)());
+        }
+        Err(e) => {
+            if let Some(bridge) = live {
+                env.runs.put_back(run_id, bridge);
+            }
+            return host_failure(
+                format!("InternalError: cannot read the state store: {e:#}"),
+                (env.telemetry)(),
+            );
+        }
+    };
+    match restore(env, run_id, claimed, live).await {
+        Ok((cell, status)) => cell.drive(env, status).await,
+        Err(failure) => {
+            // A runtime that cannot start leaves the run parked for a later
+            // `wait`; an unusable snapshot is removed.
+            let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
+            let cleanup = if unavailable {
+                env.runs.store.unclaim(run_id).await
+            } else {
+                env.runs.store.remove(run_id).await
+            };
+            if let Err(e) = cleanup {
+                tracing::warn!(run_id, error = %e, "cannot release a run that failed to restore");
+            }
+            failure
+        }
+    }
+}
+
+/// How long past a `wait`'s deadline its claim on the run lasts, in
+/// milliseconds (the contract's 2,000 ms hard-stop grace).
+const CLAIM_GRACE_MS: u64 = 2_000;
+
+impl LiveCell {
+    fn telemetry(&self, env: &CellEnv<'_>) -> Telemetry {
+        let mut telemetry = (env.telemetry)();
+        telemetry.fuel_used = self
+            .fuel_start
+            .saturating_sub(self.store.get_fuel().unwrap_or(0));
+        telemetry
+    }
+
+    fn replay_safe(&self) -> Option<bool> {
+        self.restart_safe.then_some(true)
+    }
+
+    fn park_at(&self, env: &CellEnv<'_>) -> Instant {
+        let left_ns = self
+            .store
+            .data()
+            .deadline_ns
+            .saturating_sub(process_nanos());
+        let margin = resume_margin(env.limits.timeout_ms);
+        Instant::now() + Duration::from_nanos(left_ns).saturating_sub(margin)
+    }
+}
+
+/// Durations of the process's latest checkpoint and restore, for
+/// benchmarks (`quickcell::testing::last_suspend_stats`).
+pub(crate) mod stats {
+    use std::sync::atomic::AtomicU64;
+    /// GC, memory diff and compression of the latest checkpoint.
+    pub static CHECKPOINT_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// The garbage collection part of `CHECKPOINT_NANOS`.
+    pub static COLLECT_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// Writing the latest parked run to the state store.
+    pub static PERSIST_NANOS: AtomicU64 = AtomicU64::new(0);
+    /// Size of the latest stored snapshot.
+    pub static SNAPSHOT_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Uncompressed payload (changed pages and host state) of the latest
+    /// snapshot: what `maxSnapshotBytes` bounds.
+    pub static PAYLOAD_BYTES: AtomicU64 = AtomicU64::new(0);
+    /// Decode, instantiation, page writes and reseed of the latest restore.
+    pub static RESTORE_NANOS: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Drops a finished cell's store (its instance goes back to the pool) after
+/// the result has been returned, keeping the teardown off the call's
+/// latency.
+/// With `learn`, the engine first learns its hot pages from the cell's
+/// memory (also off the call's latency).
+fn release_in_background(store: Store<CellState>, learn: Option<(Arc<SharedEngine>, Memory)>) {
+    tokio::spawn(async move {
+        if let Some((shared, memory)) = learn {
+            shared.learn_hot_pages(memory.data(&store));
+        }
+        drop(store)
+    });
+}

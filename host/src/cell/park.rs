@@ -1,0 +1,188 @@
+//! Parking (contract §9.3): checkpoint the cell, store the snapshot and
+//! hand its bridge to the run registry.
+
+use super::*;
+
+impl LiveCell {
+    /// Checkpoints the cell and parks it (contract §9.3).
+    pub(super) async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+        let checkpoint_started = Instant::now();
+        // Collect garbage (past 1 MiB of new heap) and zero the free pages
+        // so the snapshot holds live data; it costs the cell no fuel.
+        let fuel = self.store.get_fuel().unwrap_or(0);
+        let block_units = match self.exports.checkpoint(&mut self.store).await {
+            Ok(units) => units,
+            Err(err) => {
+                let ending = ending_from_trap(err, self.store.data());
+                return self.end(env, ending).await;
+            }
+        };
+        let _ = self.store.set_fuel(fuel);
+        stats::COLLECT_NANOS.store(
+            checkpoint_started.elapsed().as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        let telemetry = self.telemetry(env);
+        let run_id = self.run_id.clone().unwrap_or_else(new_run_id);
+        let output = std::mem::take(&mut self.store.data_mut().output);
+        let budget = self.max_output.saturating_sub(self.delivered);
+        let fitted = match output::fit_to_budget_with_dropped(
+            budget,
+            output.to_values(),
+            None,
+            None,
+            output.stand_in_shortfall(),
+        ) {
+            Ok(f) => f,
+            Err(e) => {
+                return self
+                    .end(
+                        env,
+                        Ending::Failed {
+                            code: ErrorCode::OutputLimitExceeded,
+                            phase: FailurePhase::Host,
+                            error: format!("code mode output limit exceeded: {e}"),
+                        },
+                    )
+                    .await
+            }
+        };
+        let delivered_output = fitted.output;
+        let parked_unix_ms = unix_ms();
+        let host = HostState {
+            run_id: run_id.clone(),
+            agent_run: self.owner.agent_run.clone(),
+            session: self.owner.session.clone(),
+            generation: self.generation + 1,
+            last_request_id: self.store.data().last_request_id,
+            delivered_output_bytes: self.delivered + fitted.used_bytes,
+            max_output_bytes: self.max_output,
+            restart_safe: self.restart_safe,
+            guest_clock_ns: self
+                .store
+                .data()
+                .clock_offset_ns
+                .saturating_add(process_nanos()),
+            parked_unix_ms,
+            bridge: self.bridge.parked_state(),
+        };
+        let host_json = serde_json::to_vec(&host).expect("host state serializes");
+        let stack_pointer = self
+            .exports
+            .stack_pointer
+            .get(&mut self.store)
+            .i32()
+            .unwrap_or(0) as u32;
+        let memory = self.exports.memory.data(&self.store);
+        // Below the stack pointer the shadow stack holds nothing live.
+        let dead_stack = env.shared.stack.start..(stack_pointer as usize).min(env.shared.stack.end);
+        let encoded = snapshot::encode(&Checkpoint {
+            memory,
+            image: &env.shared.memory_image,
+            memory_maps_image: true,
+            block_units: &block_units,
+            dead: dead_stack,
+            stack_pointer,
+            host_state: &host_json,
+            guest_hash: crate::engine::guest_hash(),
+            max_payload_bytes: env.limits.max_snapshot_bytes as usize,
+        });
+        let checkpointed = Instant::now();
+        stats::CHECKPOINT_NANOS.store(
+            (checkpointed - checkpoint_started).as_nanos() as u64,
+            Ordering::Relaxed,
+        );
+        let (bytes, payload_bytes) = match encoded {
+            Ok(encoded) => (encoded.bytes, encoded.payload_bytes),
+            Err(e) => {
+                tracing::info!(run_id, error = %e, "checkpoint refused");
+                let (code, error) = match e {
+                    SnapshotError::TooLarge { .. } => (
+                        ErrorCode::SnapshotLimitExceeded,
+                        crate::Error::SnapshotLimitExceeded.to_string(),
+                    ),
+                    other => (
+                        ErrorCode::InternalError,
+                        format!("InternalError: checkpoint failed: {other}"),
+                    ),
+                };
+                // The output that would have been delivered is kept.
+                self.store.data_mut().output = output;
+                return self
+                    .end(
+                        env,
+                        Ending::Failed {
+                            code,
+                            phase: FailurePhase::Host,
+                            error,
+                        },
+                    )
+                    .await;
+            }
+        };
+        let ttl_ms = env.limits.snapshot_ttl_seconds.saturating_mul(1000);
+        let expires_at_ms = parked_unix_ms.saturating_add(ttl_ms);
+        let parked = ParkedRun {
+            run_id: run_id.clone(),
+            owner: self.owner.clone(),
+            generation: host.generation,
+            expires_at_ms,
+            snapshot: bytes,
+        };
+        stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
+        stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
+        let stored = env.runs.store.park(parked).await;
+        stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Err(e) = stored {
+            self.store.data_mut().output = output;
+            self.run_id = Some(run_id);
+            return self
+                .end(
+                    env,
+                    Ending::Failed {
+                        code: ErrorCode::InternalError,
+                        phase: FailurePhase::Host,
+                        error: format!("InternalError: cannot store the parked run: {e:#}"),
+                    },
+                )
+                .await;
+        }
+        let reason = if self.bridge.only_yields() {
+            WaitReason::Yield
+        } else {
+            WaitReason::PendingTools
+        };
+        let pending_tool_calls = self
+            .bridge
+            .pending_calls()
+            .into_iter()
+            .map(|(id, method)| PendingToolCall {
+                id: format!("bridge:{method}:{id}"),
+                method,
+            })
+            .collect();
+        let replay_safe = self.replay_safe();
+        let untrusted_source = self.bridge.untrusted_source();
+        let LiveCell {
+            bridge,
+            store,
+            slot,
+            ..
+        } = self;
+        release_in_background(store, None);
+        env.runs
+            .keep_live(&run_id, host.generation, expires_at_ms, bridge);
+        // The stored run holds the slot from now on.
+        drop(slot);
+        CellResult::Waiting(Waiting {
+            mcp_outage: Default::default(),
+            untrusted_source,
+            run_id,
+            reason,
+            pending_tool_calls,
+            output: delivered_output,
+            telemetry,
+            replay_safe,
+        })
+    }
+}

@@ -1,0 +1,155 @@
+//! Resuming a parked cell: decode its snapshot into a fresh instance,
+//! rebuild its bridge and deliver what settled while it was parked.
+
+use super::*;
+
+/// Restores a claimed run into a fresh instance and delivers what settled
+/// while it was parked. Returns the cell and the guest's status.
+pub(super) async fn restore(
+    env: &CellEnv<'_>,
+    run_id: &str,
+    claimed: crate::store::Claimed,
+    live: Option<Bridge>,
+) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
+    let unusable = |e: String| {
+        CellResult::Failed(Failed {
+            mcp_outage: Default::default(),
+            untrusted_source: None,
+            error: format!("InternalError: code mode snapshot is unusable: {e}"),
+            code: ErrorCode::InternalError,
+            output: Vec::new(),
+            telemetry: (env.telemetry)(),
+            failure_phase: FailurePhase::Host,
+            bridge_dispatch_started: true,
+            replay_safe: None,
+        })
+    };
+    let restore_started = Instant::now();
+    // A snapshot can claim no more memory than this runtime would let the
+    // cell have: the decoder's bounds (and what a forged one can make it
+    // decompress) follow the tenant's limits, not the pool's maximum.
+    let ceiling = env
+        .limits
+        .linear_memory_cap(env.shared.initial_memory_bytes)
+        .min(crate::engine::POOL_MAX_MEMORY_BYTES);
+    let snapshot = snapshot::decode(&claimed.snapshot, crate::engine::guest_hash(), ceiling)
+        .map_err(|e| unusable(e.to_string()))?;
+    let host: HostState = serde_json::from_slice(&snapshot.host_state)
+        .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
+    if host.run_id != run_id {
+        return Err(unusable(format!(
+            "it belongs to run {}, not {run_id}",
+            host.run_id
+        )));
+    }
+    // The guest's clock continues from its reading at the checkpoint plus
+    // the wall time spent parked.
+    let parked_ns = unix_ms().saturating_sub(host.parked_unix_ms) * 1_000_000;
+    let target = host.guest_clock_ns.saturating_add(parked_ns);
+    let clock_offset = target.saturating_sub(process_nanos());
+    let deadline = deadline_after(env.limits.timeout_ms);
+    let output_cap = host
+        .max_output_bytes
+        .saturating_sub(host.delivered_output_bytes);
+    let (mut store, exports, fuel_start) =
+        instantiate(env, output_cap, clock_offset, deadline).await?;
+    let memory = exports.memory;
+    let current = memory.data_size(&store);
+    if snapshot.memory_bytes < current {
+        return Err(unusable(format!(
+            "its memory ({} bytes) is smaller than the guest's image",
+            snapshot.memory_bytes
+        )));
+    }
+    let grow_pages = ((snapshot.memory_bytes - current) / 65536) as u64;
+    if grow_pages > 0 && memory.grow(&mut store, grow_pages).is_err() {
+        return Err(CellResult::Failed(Failed {
+            mcp_outage: Default::default(),
+            untrusted_source: None,
+            error: crate::Error::MemoryLimitExceeded.to_string(),
+            code: ErrorCode::MemoryLimitExceeded,
+            output: Vec::new(),
+            telemetry: (env.telemetry)(),
+            failure_phase: FailurePhase::Host,
+            bridge_dispatch_started: true,
+            replay_safe: None,
+        }));
+    }
+    let stack_pointer = snapshot.stack_pointer;
+    let image_bytes = env.shared.memory_image.len();
+    if let Err(e) = snapshot.apply(memory.data_mut(&mut store), image_bytes) {
+        return Err(unusable(e.to_string()));
+    }
+    let sp = Val::I32(stack_pointer as i32);
+    if let Err(e) = exports.stack_pointer.set(&mut store, sp) {
+        return Err(unusable(format!("cannot set the stack pointer: {e}")));
+    }
+    store.data_mut().last_request_id = host.last_request_id;
+    // Restoring consumes no fuel: the reseed runs before the allowance is
+    // set again.
+    if let Err(e) = exports.resume(&mut store, rand_seed()).await {
+        return Err(unusable(format!("the guest could not resume: {e}")));
+    }
+    let _ = store.set_fuel(fuel_start);
+    stats::RESTORE_NANOS.store(
+        restore_started.elapsed().as_nanos() as u64,
+        Ordering::Relaxed,
+    );
+    let mut bridge = match live {
+        Some(bridge) => bridge,
+        None => {
+            let recorded = claimed
+                .settlements
+                .iter()
+                .filter_map(|s| serde_json::from_str(s).ok())
+                .collect();
+            Bridge::restore(
+                env.tools.clone(),
+                env.limits.max_pending_tool_calls as usize,
+                host.restart_safe,
+                host.bridge,
+                recorded,
+            )
+            .with_reply_inbox(env.limits.reply_inbox_bytes())
+            .with_session(SessionAccess {
+                state: env.runs.store.clone(),
+                owner: Owner {
+                    agent_run: host.agent_run.clone(),
+                    session: host.session.clone(),
+                },
+            })
+        }
+    };
+    bridge.release_yields();
+    bridge.collect_finished();
+    let batch = bridge.take_ready();
+    let status = if batch.is_empty() {
+        exports.status(&mut store).await
+    } else {
+        exports
+            .settle(
+                &mut store,
+                &serde_json::to_string(&batch).unwrap_or_default(),
+            )
+            .await
+    };
+    let cell = LiveCell {
+        store,
+        exports,
+        bridge,
+        run_id: Some(run_id.to_string()),
+        owner: Owner {
+            agent_run: host.agent_run,
+            session: host.session,
+        },
+        generation: claimed.generation,
+        delivered: host.delivered_output_bytes,
+        max_output: host.max_output_bytes,
+        restart_safe: host.restart_safe,
+        // `wait` of a parked cell returns when the cell parks again.
+        await_results: false,
+        slot: None,
+        fuel_start,
+    };
+    Ok((cell, status))
+}
