@@ -382,10 +382,8 @@ impl SharedEngine {
 /// fuel, yielding every [`YIELD_FUEL`].
 fn unlimited_store(engine: &Engine) -> Result<Store<CellState>> {
     let mut store = Store::new(engine, CellState::for_preinit());
-    store
-        .fuel_async_yield_interval(Some(YIELD_FUEL))
-        .map_err(|e| anyhow!("{e}"))?;
-    store.set_fuel(u64::MAX).map_err(|e| anyhow!("{e}"))?;
+    store.fuel_async_yield_interval(Some(YIELD_FUEL))?;
+    store.set_fuel(u64::MAX)?;
     Ok(store)
 }
 
@@ -464,7 +462,7 @@ fn store_cached(module: &Module, path: &Path) {
     use std::io::Write as _;
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     let write = || -> Result<()> {
-        let bytes = module.serialize().map_err(|e| anyhow!("{e}"))?;
+        let bytes = module.serialize()?;
         let dir = path.parent().context("cache path has no parent")?;
         std::fs::DirBuilder::new()
             .recursive(true)

@@ -256,7 +256,7 @@ async fn runtime_from(
         builder = builder.state_dir(&state.state_dir);
     }
     builder.build().await.map_err(|e| {
-        eprintln!("quickcell: {e}");
+        eprintln!("quickcell: {}", e.chain_message());
         ExitCode::from(1)
     })
 }
@@ -444,7 +444,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("quickcell: {e}");
+            eprintln!("quickcell: {}", e.chain_message());
             ExitCode::from(1)
         }
     }

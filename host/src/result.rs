@@ -281,7 +281,10 @@ impl CellResult {
                 ErrorCode::SnapshotLimitExceeded => Error::SnapshotLimitExceeded,
                 ErrorCode::OutputLimitExceeded => Error::OutputLimitExceeded(f.error),
                 ErrorCode::Aborted => Error::Aborted,
-                ErrorCode::RuntimeUnavailable => Error::RuntimeUnavailable(f.error),
+                ErrorCode::RuntimeUnavailable => Error::RuntimeUnavailable {
+                    message: f.error,
+                    source: None,
+                },
                 ErrorCode::InternalError => Error::Internal(f.error),
             }),
         }

@@ -130,7 +130,7 @@ impl RuntimeBuilder {
         }
         let shared = engine::shared()
             .await
-            .map_err(|e| Error::RuntimeUnavailable(format!("{e:#}")))?;
+            .map_err(|e| Error::runtime_unavailable("cannot start the engine", e))?;
         let store: Arc<dyn StateStore> = match (self.state_store.take(), &self.state_dir) {
             (Some(store), _) => store,
             (None, Some(dir)) => open_state_dir(dir)?,
@@ -160,7 +160,10 @@ impl RuntimeBuilder {
 fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
     match crate::store::SqliteStateStore::open(Some(dir)) {
         Ok(store) => Ok(Arc::new(store)),
-        Err(e) => Err(Error::StateStore(format!("{e:#}"))),
+        Err(e) => Err(Error::state_store(
+            format!("cannot open the state store in {}", dir.display()),
+            e,
+        )),
     }
 }
 

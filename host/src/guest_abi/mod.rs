@@ -276,104 +276,97 @@ fn read_guest_str(
 
 /// Registers WASI preview1 and the bridge's host functions.
 pub(crate) fn add_to_linker(linker: &mut Linker<CellState>) -> Result<()> {
-    wasmtime_wasi::p1::add_to_linker_async(linker, |s: &mut CellState| &mut s.wasi)
-        .map_err(|e| anyhow!("{e}"))?;
-    linker
-        .func_wrap(
-            HOST_MODULE,
-            "emit",
-            |mut caller: Caller<'_, CellState>, ptr: u32, len: u32| -> wasmtime::Result<()> {
-                let memory = guest_memory(&mut caller)
-                    .ok_or_else(|| wasmtime::Error::msg("guest exports no memory"))?;
-                let (data, state) = memory.data_and_store_mut(&mut caller);
-                let start = ptr as usize;
-                let Some(bytes) = data.get(start..start.saturating_add(len as usize)) else {
-                    state.fault = Some("output entry points outside guest memory".into());
-                    return Err(wasmtime::Error::msg(
-                        "output entry points outside guest memory",
-                    ));
-                };
-                state.output.push_raw(bytes);
-                Ok(())
-            },
-        )
-        .map_err(|e| anyhow!("{e}"))?;
-    linker
-        .func_wrap(
-            HOST_MODULE,
-            "cancel",
-            |mut caller: Caller<'_, CellState>, id: u64| {
-                let cancels = &mut caller.data_mut().cancels;
-                if cancels.len() < MAX_CANCELS_PER_GUEST_RUN && !cancels.contains(&id) {
-                    cancels.push(id);
-                }
-            },
-        )
-        .map_err(|e| anyhow!("{e}"))?;
-    linker
-        .func_wrap(
-            HOST_MODULE,
-            "request",
-            |mut caller: Caller<'_, CellState>,
-             method_ptr: u32,
-             method_len: u32,
-             args_ptr: u32,
-             args_len: u32|
-             -> wasmtime::Result<u64> {
-                let method = read_guest_str(
+    wasmtime_wasi::p1::add_to_linker_async(linker, |s: &mut CellState| &mut s.wasi)?;
+    linker.func_wrap(
+        HOST_MODULE,
+        "emit",
+        |mut caller: Caller<'_, CellState>, ptr: u32, len: u32| -> wasmtime::Result<()> {
+            let memory = guest_memory(&mut caller)
+                .ok_or_else(|| wasmtime::Error::msg("guest exports no memory"))?;
+            let (data, state) = memory.data_and_store_mut(&mut caller);
+            let start = ptr as usize;
+            let Some(bytes) = data.get(start..start.saturating_add(len as usize)) else {
+                state.fault = Some("output entry points outside guest memory".into());
+                return Err(wasmtime::Error::msg(
+                    "output entry points outside guest memory",
+                ));
+            };
+            state.output.push_raw(bytes);
+            Ok(())
+        },
+    )?;
+    linker.func_wrap(
+        HOST_MODULE,
+        "cancel",
+        |mut caller: Caller<'_, CellState>, id: u64| {
+            let cancels = &mut caller.data_mut().cancels;
+            if cancels.len() < MAX_CANCELS_PER_GUEST_RUN && !cancels.contains(&id) {
+                cancels.push(id);
+            }
+        },
+    )?;
+    linker.func_wrap(
+        HOST_MODULE,
+        "request",
+        |mut caller: Caller<'_, CellState>,
+         method_ptr: u32,
+         method_len: u32,
+         args_ptr: u32,
+         args_len: u32|
+         -> wasmtime::Result<u64> {
+            let method = read_guest_str(
+                &mut caller,
+                method_ptr,
+                method_len,
+                MAX_METHOD_BYTES,
+                "bridge method",
+            );
+            // Oversized arguments are not read: the request gets an id
+            // and settles with an error the cell can catch.
+            let len = args_len as usize;
+            let data = caller.data();
+            let over_outstanding_cap = len <= MAX_REQUEST_ARGS_BYTES
+                && data.request_bytes.saturating_add(len) > MAX_OUTSTANDING_ARGS_BYTES;
+            let oversized_args =
+                (len > MAX_REQUEST_ARGS_BYTES || over_outstanding_cap).then_some(len);
+            let dropped = data.requests.len() >= MAX_REQUESTS_PER_GUEST_RUN;
+            let args: std::result::Result<std::sync::Arc<str>, String> = match oversized_args {
+                _ if dropped => Ok(std::sync::Arc::from("")),
+                Some(_) => Ok(std::sync::Arc::from("")),
+                None => read_guest_str(
                     &mut caller,
-                    method_ptr,
-                    method_len,
-                    MAX_METHOD_BYTES,
-                    "bridge method",
-                );
-                // Oversized arguments are not read: the request gets an id
-                // and settles with an error the cell can catch.
-                let len = args_len as usize;
-                let data = caller.data();
-                let over_outstanding_cap = len <= MAX_REQUEST_ARGS_BYTES
-                    && data.request_bytes.saturating_add(len) > MAX_OUTSTANDING_ARGS_BYTES;
-                let oversized_args =
-                    (len > MAX_REQUEST_ARGS_BYTES || over_outstanding_cap).then_some(len);
-                let dropped = data.requests.len() >= MAX_REQUESTS_PER_GUEST_RUN;
-                let args: std::result::Result<std::sync::Arc<str>, String> = match oversized_args {
-                    _ if dropped => Ok(std::sync::Arc::from("")),
-                    Some(_) => Ok(std::sync::Arc::from("")),
-                    None => read_guest_str(
-                        &mut caller,
-                        args_ptr,
-                        args_len,
-                        MAX_REQUEST_ARGS_BYTES,
-                        "bridge request arguments",
-                    )
-                    .map(std::sync::Arc::from),
-                };
-                let state = caller.data_mut();
-                let (method, args_json) = match (method, args) {
-                    (Ok(m), Ok(a)) => (m, a),
-                    (Err(e), _) | (_, Err(e)) => {
-                        state.fault = Some(e.clone());
-                        return Err(wasmtime::Error::msg(e));
-                    }
-                };
-                state.last_request_id += 1;
-                let id = state.last_request_id;
-                if dropped {
-                    state.requests_dropped += 1;
-                    return Ok(id);
+                    args_ptr,
+                    args_len,
+                    MAX_REQUEST_ARGS_BYTES,
+                    "bridge request arguments",
+                )
+                .map(std::sync::Arc::from),
+            };
+            let state = caller.data_mut();
+            let (method, args_json) = match (method, args) {
+                (Ok(m), Ok(a)) => (m, a),
+                (Err(e), _) | (_, Err(e)) => {
+                    state.fault = Some(e.clone());
+                    return Err(wasmtime::Error::msg(e));
                 }
-                state.request_bytes += args_json.len();
-                state.requests.push(BridgeRequest {
-                    id,
-                    method,
-                    args_json,
-                    oversized_args,
-                    over_outstanding_cap,
-                });
-                Ok(id)
-            },
-        )
-        .map_err(|e| anyhow!("{e}"))?;
+            };
+            state.last_request_id += 1;
+            let id = state.last_request_id;
+            if dropped {
+                state.requests_dropped += 1;
+                return Ok(id);
+            }
+            state.request_bytes += args_json.len();
+            state.requests.push(BridgeRequest {
+                id,
+                method,
+                args_json,
+                oversized_args,
+                over_outstanding_cap,
+            });
+            Ok(id)
+        },
+    )?;
     Ok(())
 }
 
@@ -404,33 +397,17 @@ impl GuestExports {
                 .get_func(&mut *store, name)
                 .ok_or_else(|| anyhow!("guest does not export `{name}`"))
         };
-        let realloc = func(store, "cabi_realloc")?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let start = func(store, &format!("{CELL_PREFIX}start"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let post_start = func(store, &format!("cabi_post_{CELL_PREFIX}start"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let settle = func(store, &format!("{CELL_PREFIX}settle"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let checkpoint = func(store, &format!("{CELL_PREFIX}checkpoint"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let resume = func(store, &format!("{CELL_PREFIX}resume"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
+        let realloc = func(store, "cabi_realloc")?.typed(&*store)?;
+        let start = func(store, &format!("{CELL_PREFIX}start"))?.typed(&*store)?;
+        let post_start = func(store, &format!("cabi_post_{CELL_PREFIX}start"))?.typed(&*store)?;
+        let settle = func(store, &format!("{CELL_PREFIX}settle"))?.typed(&*store)?;
+        let checkpoint = func(store, &format!("{CELL_PREFIX}checkpoint"))?.typed(&*store)?;
+        let resume = func(store, &format!("{CELL_PREFIX}resume"))?.typed(&*store)?;
         let stack_pointer = instance
             .get_global(&mut *store, "__stack_pointer")
             .ok_or_else(|| anyhow!("guest does not export `__stack_pointer`"))?;
-        let status = func(store, &format!("{CELL_PREFIX}status"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
-        let post_status = func(store, &format!("cabi_post_{CELL_PREFIX}status"))?
-            .typed(&*store)
-            .map_err(|e| anyhow!("{e}"))?;
+        let status = func(store, &format!("{CELL_PREFIX}status"))?.typed(&*store)?;
+        let post_status = func(store, &format!("cabi_post_{CELL_PREFIX}status"))?.typed(&*store)?;
         Ok(Self {
             status,
             post_status,

@@ -536,7 +536,7 @@ impl Runtime {
     pub async fn serve_mcp_stdio(self: Arc<Self>, mode: ServeMode) -> Result<(), Error> {
         transport::serve_stdio(self, mode)
             .await
-            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over stdio: {e:#}")))
+            .map_err(|e| Error::runtime_unavailable("MCP over stdio", e))
     }
 
     /// Serves MCP (the tools `mode` names) over streamable HTTP at
@@ -551,6 +551,6 @@ impl Runtime {
     ) -> Result<(), Error> {
         transport::serve_http(self, addr, mode, options)
             .await
-            .map_err(|e| Error::RuntimeUnavailable(format!("MCP over HTTP: {e:#}")))
+            .map_err(|e| Error::runtime_unavailable("MCP over HTTP", e))
     }
 }
