@@ -348,7 +348,7 @@ fn int_value(v: &Value) -> Option<i64> {
     }
 }
 
-pub(crate) fn positive_int(v: Option<&Value>) -> Option<usize> {
+fn positive_int(v: Option<&Value>) -> Option<usize> {
     v.and_then(int_value).filter(|&n| n > 0).map(|n| n as usize)
 }
 
@@ -1066,4 +1066,45 @@ impl Catalog {
 /// Length helper re-exported for surfaces.
 pub(crate) fn units(s: &str) -> usize {
     utf16_len(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn limits_from_config_clamp_and_fall_back() {
+        let c = |default: Value, max: Value| {
+            SearchLimits::from_config(Some(&default), Some(&max), SearchLimits::TOOL_SEARCH)
+        };
+        let l = c(json!(30), json!(99));
+        assert_eq!(l.max_limit, 50);
+        assert_eq!(l.default_limit, 30);
+        assert_eq!(c(json!(2.5), json!(-3)), SearchLimits::TOOL_SEARCH);
+        let l = SearchLimits::from_config(None, Some(&json!(3)), SearchLimits::TOOL_SEARCH);
+        assert_eq!(l.default_limit, 3, "default is capped by the max");
+        assert_eq!(
+            SearchLimits::from_config(None, None, SearchLimits::LEAN),
+            SearchLimits::LEAN
+        );
+    }
+
+    #[test]
+    fn per_search_limit_resolution() {
+        let l = SearchLimits::TOOL_SEARCH;
+        assert_eq!(l.resolve(None), 8);
+        assert_eq!(l.resolve(Some(&json!(0))), 1);
+        assert_eq!(l.resolve(Some(&json!(-4))), 1);
+        assert_eq!(l.resolve(Some(&json!(100))), 20);
+        assert_eq!(l.resolve(Some(&json!(3))), 3);
+        assert_eq!(l.resolve(Some(&json!(3.0))), 3);
+        assert_eq!(l.resolve(Some(&json!(2.5))), 8);
+        assert_eq!(l.resolve(Some(&json!("5"))), 8);
+        let odd = SearchLimits {
+            default_limit: 9,
+            max_limit: 4,
+        };
+        assert_eq!(odd.resolve(None), 4);
+    }
 }

@@ -125,7 +125,8 @@
 //! - **Counting**: `callCount` counts calls that resolved and passed input
 //!   validation (dispatched to the host path).
 //! - **Untrusted envelope**: see [`wrap_untrusted`].
-//! - **Configuration**: see [`ToolSearchConfig::resolve`].
+//! - **Configuration**: `searchDefaultLimit` and `maxSearchLimit` resolve
+//!   through [`SearchLimits::from_config`].
 //! - **Guest-driven work** (issue 19): host work driven by guest data is
 //!   linear in input capped by a named constant. Search uses the first
 //!   [`MAX_QUERY_BYTES`] of a query ([`cut_query`]) and its first
@@ -140,7 +141,6 @@
 
 mod api_files;
 mod catalog;
-mod config;
 mod error;
 mod expand;
 mod hints;
@@ -158,7 +158,6 @@ pub use catalog::{
     McpServer, Policy, SearchLimits, SearchOptions, Source, SourceCounts, SourceKind, Telemetry,
     ToolSpec, MAX_SEARCH_LIMIT, MCP_DESCRIPTION_UNITS,
 };
-pub use config::{ToolSearchConfig, ToolSearchMode};
 pub use error::{CatalogError, ErrorKind};
 pub use expand::{
     cut_query, singularize, weighted_query, QueryTerm, EXPANSIONS, EXPANSION_WEIGHT,
