@@ -286,11 +286,6 @@ impl SearchLimits {
         default_limit: 8,
         max_limit: 20,
     };
-    /// Code Mode defaults: default 8, max 50.
-    pub const CODE_MODE: SearchLimits = SearchLimits {
-        default_limit: 8,
-        max_limit: 50,
-    };
     /// Lean profile for local-inference models: default 5, max 10.
     pub const LEAN: SearchLimits = SearchLimits {
         default_limit: 5,

@@ -685,7 +685,10 @@ fn guest_search_exact_shortcut_and_meta() {
             ToolSpec::new("create_issue", "Create an issue in Linear"),
         )
         .client(ToolSpec::new("notify", "Notify someone"))
-        .limits(SearchLimits::CODE_MODE)
+        .limits(SearchLimits {
+            default_limit: 8,
+            max_limit: 50,
+        })
         .build();
     let p = c.callable_projection();
     let r = c.guest_search(&p, "MCP.linear.listIssues", None);
