@@ -179,7 +179,7 @@ pub use surfaces::{
     render_directory, wrap_untrusted, Binding, DirectoryRow, Meta, PreparedCall, Projection,
     BATCH_MAX_ENTRIES, BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS,
     DIRECTORY_CHARS, DIRECTORY_HEADER, DIRECTORY_NONE, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES,
-    QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, QUICK_INDEX_NOTE, SEARCH_RESPONSE_CHARS,
+    QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, SEARCH_RESPONSE_CHARS,
 };
 pub use text::{collate, safe_cut_bytes, safe_cut_utf16, utf16_len, CollationKey};
 pub use tokenize::{is_stopword, query_words, split_parts, split_words, tokenize, STOPWORDS};

@@ -47,8 +47,6 @@ pub const DIRECTORY_NONE: &str = "Available deferred-schema tools: none.";
 /// Quick index footer when every tool is listed.
 pub const QUICK_INDEX_FOOTER: &str =
     "Call these globals directly; use catalog.search(query) when lookup is ambiguous.";
-/// Guidance for the `exec` description about `-> ?`.
-pub const QUICK_INDEX_NOTE: &str = "`-> ?` means the output shape is unknown: return the value raw (or `await results.save(value)`) and inspect it in a later cell before relying on guessed fields.";
 
 /// Quick index footer when `n` tools were skipped.
 pub fn quick_index_omitted_footer(n: usize) -> String {
@@ -105,19 +103,6 @@ impl Projection {
     /// The ids `catalog.search` may return (native, client and MCP).
     pub fn searchable_ids(&self) -> &HashSet<String> {
         &self.searchable
-    }
-    /// Replace catalog ids in `text` by callable names (for error text).
-    pub fn redact_ids(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        let mut all: Vec<&Binding> = self.bindings.iter().chain(self.mcp.iter()).collect();
-        // Longest ids first so a prefix id never breaks a longer one.
-        all.sort_by_key(|b| std::cmp::Reverse(b.id.len()));
-        for b in all {
-            if out.contains(&b.id) {
-                out = out.replace(&b.id, &b.callable_name);
-            }
-        }
-        out
     }
 }
 
