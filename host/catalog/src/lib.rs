@@ -145,6 +145,7 @@ mod error;
 mod expand;
 mod hints;
 mod names;
+mod projection;
 mod search;
 mod stem;
 mod surfaces;
@@ -172,14 +173,14 @@ pub use names::{
     mcp_identifier, sha256_hex, NameCandidate, JS_INTRINSICS, JS_RESERVED_WORDS, LEGACY_GLOBALS,
     MCP_SERVER_RESERVED, QUICKCELL_GLOBALS,
 };
+pub use projection::{Binding, Projection, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES};
 pub use search::{Hit, IndexDoc, SearchFilter, SearchIndex, SearchIndexBuilder, B, K1};
 pub use stem::{stem, STEM_EXCEPTIONS};
 pub use surfaces::{
     directory_omitted_line, neutralize_control_tokens, quick_index_omitted_footer,
-    render_directory, wrap_untrusted, Binding, DirectoryRow, Meta, PreparedCall, Projection,
-    BATCH_MAX_ENTRIES, BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS,
-    DIRECTORY_CHARS, DIRECTORY_HEADER, DIRECTORY_NONE, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES,
-    QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, SEARCH_RESPONSE_CHARS,
+    render_directory, wrap_untrusted, DirectoryRow, Meta, PreparedCall, BATCH_MAX_ENTRIES,
+    BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS, DIRECTORY_CHARS,
+    DIRECTORY_HEADER, DIRECTORY_NONE, QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, SEARCH_RESPONSE_CHARS,
 };
 pub use text::{collate, safe_cut_bytes, safe_cut_utf16, utf16_len, CollationKey};
 pub use tokenize::{is_stopword, query_words, split_parts, split_words, tokenize, STOPWORDS};

@@ -1,5 +1,5 @@
-//! Model- and guest-facing surfaces over a [`Catalog`]: the Code Mode
-//! projection and handle metadata, the quick index, the directory, the
+//! Model- and guest-facing surfaces over a [`Catalog`]: Code Mode handle
+//! metadata and lookups over a [`Projection`], the quick index, the directory, the
 //! structured `tool_search` / `tool_describe` / `tool_call` tools and the
 //! untrusted-content envelope.
 
@@ -7,11 +7,10 @@ use crate::api_files;
 use crate::catalog::{units, Catalog, Entry, SourceKind, MCP_DESCRIPTION_UNITS};
 use crate::error::{CatalogError, ErrorKind};
 use crate::expand::cut_query;
-use crate::names::{assign_callable_names, NameCandidate};
+use crate::projection::{check_name_len, Projection};
 use crate::text::{collate, one_line, safe_cut_utf16, utf16_len, CollationKey};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use std::collections::{HashMap, HashSet};
 use unicode_segmentation::UnicodeSegmentation;
 
 /// Quick index budget (UTF-16 code units, footer included).
@@ -28,17 +27,6 @@ pub const BATCH_MAX_QUERY_BYTES: usize = 512;
 pub const BATCH_MAX_RESULTS: usize = 50;
 /// `tool_search`: maximum serialized response length (UTF-16 code units).
 pub const SEARCH_RESPONSE_CHARS: usize = 4_000;
-/// Longest callable name, MCP server identifier or MCP method name a guest
-/// may pass to a lookup (`describe`, a tool call, `MCP.<server>.$api`), in
-/// UTF-8 bytes. A longer name is rejected at once with an error that states
-/// its length and this cap (and does not echo the name); no catalog name is
-/// that long in practice.
-pub const MAX_CALLABLE_NAME_BYTES: usize = 1_024;
-/// Longest `API.read` path, in UTF-8 bytes: `mcp/` or `tools/`, a name of
-/// at most [`MAX_CALLABLE_NAME_BYTES`] and `.d.ts`. A longer path is rejected
-/// at once as an unknown file with an error that states its length and this
-/// cap (and does not echo the path).
-pub const MAX_API_PATH_BYTES: usize = MAX_CALLABLE_NAME_BYTES + 16;
 
 /// Directory header.
 pub const DIRECTORY_HEADER: &str = "Available deferred-schema tools:";
@@ -56,54 +44,6 @@ pub fn quick_index_omitted_footer(n: usize) -> String {
 /// Directory closing line when `n` rows were omitted.
 pub fn directory_omitted_line(n: usize) -> String {
     format!("({n} more tools omitted from this list; they remain searchable with tool_search.)")
-}
-
-/// One tool global: its callable name and the catalog id it routes to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    /// The guest global name.
-    pub callable_name: String,
-    /// Catalog id (host side only).
-    pub id: String,
-}
-
-/// The Code Mode projection (contract.md §8.1), computed once before a cell
-/// starts and carried through every resume.
-#[derive(Debug, Clone, Default)]
-pub struct Projection {
-    bindings: Vec<Binding>,
-    by_callable: HashMap<String, usize>,
-    by_id: HashMap<String, usize>,
-    mcp: Vec<Binding>,
-    searchable: HashSet<String>,
-}
-
-impl Projection {
-    /// Native and client bindings sorted by callable name (the order of
-    /// `catalog.all()`).
-    pub fn bindings(&self) -> &[Binding] {
-        &self.bindings
-    }
-    /// MCP handles (`MCP.<server>.<tool>`), in catalog order.
-    pub fn mcp_bindings(&self) -> &[Binding] {
-        &self.mcp
-    }
-    /// Binding by exact callable name.
-    pub fn resolve(&self, callable_name: &str) -> Option<&Binding> {
-        self.by_callable
-            .get(callable_name)
-            .map(|&i| &self.bindings[i])
-    }
-    /// Callable name of a native/client catalog id.
-    pub fn callable_name_of(&self, id: &str) -> Option<&str> {
-        self.by_id
-            .get(id)
-            .map(|&i| self.bindings[i].callable_name.as_str())
-    }
-    /// The ids `catalog.search` may return (native, client and MCP).
-    pub fn searchable_ids(&self) -> &HashSet<String> {
-        &self.searchable
-    }
 }
 
 /// Handle metadata (contract.md §8.3). Absent fields are omitted.
@@ -284,64 +224,6 @@ pub fn render_directory(rows: &[DirectoryRow], budget: usize) -> String {
 }
 
 impl Catalog {
-    /// Compute the Code Mode projection (contract.md §8.1).
-    pub fn callable_projection(&self) -> Projection {
-        let native: Vec<&Entry> = self
-            .entries
-            .iter()
-            .filter(|e| e.kind() != SourceKind::Mcp)
-            .collect();
-        let cands: Vec<NameCandidate> = native
-            .iter()
-            .map(|e| NameCandidate {
-                name: e.name(),
-                id: e.id(),
-            })
-            .collect();
-        let names = assign_callable_names(&cands, &HashSet::new());
-        let mut bindings: Vec<Binding> = native
-            .iter()
-            .zip(names)
-            .map(|(e, n)| Binding {
-                callable_name: n,
-                id: e.id().to_string(),
-            })
-            .collect();
-        bindings.sort_by(|a, b| collate(&a.callable_name, &b.callable_name));
-        let mcp: Vec<Binding> = self
-            .entries
-            .iter()
-            .filter_map(|e| {
-                e.mcp_callable_name().map(|c| Binding {
-                    callable_name: c,
-                    id: e.id().to_string(),
-                })
-            })
-            .collect();
-        let by_callable = bindings
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.callable_name.clone(), i))
-            .collect();
-        let by_id = bindings
-            .iter()
-            .enumerate()
-            .map(|(i, b)| (b.id.clone(), i))
-            .collect();
-        let searchable = bindings
-            .iter()
-            .chain(mcp.iter())
-            .map(|b| b.id.clone())
-            .collect();
-        Projection {
-            bindings,
-            by_callable,
-            by_id,
-            mcp,
-            searchable,
-        }
-    }
-
     /// Handle metadata of `entry` under `projection`; `None` when the entry
     /// is not part of the projection.
     pub fn meta(&self, projection: &Projection, entry: &Entry) -> Option<Meta> {
@@ -368,7 +250,7 @@ impl Catalog {
     /// `catalog.all()`: native and client handles in callable-name order.
     pub fn guest_all(&self, projection: &Projection) -> Vec<Meta> {
         projection
-            .bindings
+            .bindings()
             .iter()
             .filter_map(|b| self.get(&b.id).and_then(|e| self.meta(projection, e)))
             .collect()
@@ -411,7 +293,7 @@ impl Catalog {
         for ci in [false, true] {
             let eq = |a: &str| if ci { a.to_lowercase() == lq } else { a == q };
             let mcp: Vec<&str> = projection
-                .mcp
+                .mcp_bindings()
                 .iter()
                 .filter(|b| eq(&b.callable_name))
                 .map(|b| b.id.as_str())
@@ -420,7 +302,7 @@ impl Catalog {
                 return Some(e);
             }
             let native: Vec<&str> = projection
-                .bindings
+                .bindings()
                 .iter()
                 .filter(|b| eq(&b.callable_name) || self.get(&b.id).is_some_and(|e| eq(e.name())))
                 .map(|b| b.id.as_str())
@@ -446,7 +328,7 @@ impl Catalog {
             .resolve(callable_name)
             .or_else(|| {
                 projection
-                    .mcp
+                    .mcp_bindings()
                     .iter()
                     .find(|b| b.callable_name == callable_name)
             })
@@ -530,7 +412,7 @@ impl Catalog {
     /// The quick index for the `exec` description (contract.md §8.2).
     pub fn quick_index(&self, projection: &Projection) -> String {
         let mut lines: Vec<(bool, CollationKey, String)> = projection
-            .bindings
+            .bindings()
             .iter()
             .filter_map(|b| {
                 let e = self.get(&b.id)?;
@@ -912,21 +794,6 @@ impl Catalog {
             replay_safe: entry.replay_safe(),
         })
     }
-}
-
-/// Reject a guest-supplied name longer than [`MAX_CALLABLE_NAME_BYTES`]
-/// (`what` names it in the error, which does not echo the name).
-fn check_name_len(name: &str, kind: ErrorKind, what: &str) -> Result<(), CatalogError> {
-    if name.len() <= MAX_CALLABLE_NAME_BYTES {
-        return Ok(());
-    }
-    Err(CatalogError::new(
-        kind,
-        format!(
-            "{what}: the name is {} bytes long; names are at most {MAX_CALLABLE_NAME_BYTES} bytes.",
-            name.len()
-        ),
-    ))
 }
 
 fn parameters(e: &Entry) -> Value {
