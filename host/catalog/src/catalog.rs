@@ -2,9 +2,10 @@
 //! counters (tool-search.md §1, contract.md §4 telemetry).
 
 use crate::error::{CatalogError, ErrorKind};
+use crate::hashing::{FastState, HashSlots};
 use crate::hints::{input_hint, output_hint};
 use crate::names::assign_mcp_identifiers;
-use crate::search::{FastState, HashSlots, SearchFilter, SearchIndex, SearchIndexBuilder};
+use crate::search::{SearchFilter, SearchIndex, SearchIndexBuilder};
 use crate::text::{safe_cut_utf16, utf16_len};
 use crate::validate;
 use serde::Serialize;

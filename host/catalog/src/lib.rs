@@ -143,6 +143,7 @@ mod api_files;
 mod catalog;
 mod error;
 mod expand;
+mod hashing;
 mod hints;
 mod names;
 mod projection;
