@@ -4,7 +4,7 @@
 //! untrusted-content envelope.
 
 use crate::api_files;
-use crate::catalog::{units, Catalog, Entry, SourceKind, MCP_DESCRIPTION_UNITS};
+use crate::catalog::{Catalog, Entry, SourceKind, MCP_DESCRIPTION_UNITS};
 use crate::error::{CatalogError, ErrorKind};
 use crate::expand::cut_query;
 use crate::projection::{check_name_len, Projection};
@@ -846,7 +846,7 @@ pub(crate) fn bounded_search_response(
             json!({"results": results})
         }
     };
-    let size = |v: &Value| units(&serde_json::to_string(v).unwrap_or_default());
+    let size = |v: &Value| utf16_len(&serde_json::to_string(v).unwrap_or_default());
     let full = render(&groups, false);
     if size(&full) <= max_chars {
         return full;
