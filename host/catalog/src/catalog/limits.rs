@@ -88,7 +88,7 @@ fn positive_int(v: Option<&Value>) -> Option<usize> {
     v.and_then(int_value).filter(|&n| n > 0).map(|n| n as usize)
 }
 
-/// Options of [`Catalog::search`].
+/// Options of [`Catalog::search`](super::Catalog::search).
 #[derive(Debug, Clone, Copy)]
 pub struct SearchOptions<'a> {
     /// Requested limit (clamped to `[1, max]`; `None` → default).
