@@ -5,7 +5,7 @@
 
 use crate::catalog::{Catalog, Entry, MCP_DESCRIPTION_UNITS};
 use crate::error::{CatalogError, ErrorKind};
-use crate::surfaces::{Projection, MAX_API_PATH_BYTES};
+use crate::projection::{Projection, MAX_API_PATH_BYTES};
 use crate::text::safe_cut_utf16;
 
 /// The static `results.d.ts` file.

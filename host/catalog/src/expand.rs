@@ -206,9 +206,20 @@ pub fn weighted_query(query: &str) -> Vec<QueryTerm> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tokenize::is_stopword;
 
     fn weight(q: &[QueryTerm], t: &str) -> Option<f64> {
         q.iter().find(|x| x.term == t).map(|x| x.weight)
+    }
+
+    #[test]
+    fn expansion_words_are_not_stopwords() {
+        // The stopword list deliberately contains no trigger or added term.
+        for (triggers, added) in EXPANSIONS {
+            for w in triggers.iter().chain(added.iter()) {
+                assert!(!is_stopword(w), "{w} is an expansion word");
+            }
+        }
     }
 
     #[test]

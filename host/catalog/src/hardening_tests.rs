@@ -292,7 +292,10 @@ fn many_widgets(limits: SearchLimits) -> Catalog {
 
 #[test]
 fn search_limit_cap_obeyed() {
-    let c = many_widgets(SearchLimits::CODE_MODE);
+    let c = many_widgets(SearchLimits {
+        default_limit: 8,
+        max_limit: 50,
+    });
     let n = |limit: i64| {
         c.search(
             "widget",

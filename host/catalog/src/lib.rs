@@ -125,7 +125,8 @@
 //! - **Counting**: `callCount` counts calls that resolved and passed input
 //!   validation (dispatched to the host path).
 //! - **Untrusted envelope**: see [`wrap_untrusted`].
-//! - **Configuration**: see [`ToolSearchConfig::resolve`].
+//! - **Configuration**: `searchDefaultLimit` and `maxSearchLimit` resolve
+//!   through [`SearchLimits::from_config`].
 //! - **Guest-driven work** (issue 19): host work driven by guest data is
 //!   linear in input capped by a named constant. Search uses the first
 //!   [`MAX_QUERY_BYTES`] of a query ([`cut_query`]) and its first
@@ -140,11 +141,12 @@
 
 mod api_files;
 mod catalog;
-mod config;
 mod error;
 mod expand;
+mod hashing;
 mod hints;
 mod names;
+mod projection;
 mod search;
 mod stem;
 mod surfaces;
@@ -158,7 +160,6 @@ pub use catalog::{
     McpServer, Policy, SearchLimits, SearchOptions, Source, SourceCounts, SourceKind, Telemetry,
     ToolSpec, MAX_SEARCH_LIMIT, MCP_DESCRIPTION_UNITS,
 };
-pub use config::{ToolSearchConfig, ToolSearchMode};
 pub use error::{CatalogError, ErrorKind};
 pub use expand::{
     cut_query, singularize, weighted_query, QueryTerm, EXPANSIONS, EXPANSION_WEIGHT,
@@ -173,14 +174,14 @@ pub use names::{
     mcp_identifier, sha256_hex, NameCandidate, JS_INTRINSICS, JS_RESERVED_WORDS, LEGACY_GLOBALS,
     MCP_SERVER_RESERVED, QUICKCELL_GLOBALS,
 };
+pub use projection::{Binding, Projection, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES};
 pub use search::{Hit, IndexDoc, SearchFilter, SearchIndex, SearchIndexBuilder, B, K1};
 pub use stem::{stem, STEM_EXCEPTIONS};
 pub use surfaces::{
     directory_omitted_line, neutralize_control_tokens, quick_index_omitted_footer,
-    render_directory, wrap_untrusted, Binding, DirectoryRow, Meta, PreparedCall, Projection,
-    BATCH_MAX_ENTRIES, BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS,
-    DIRECTORY_CHARS, DIRECTORY_HEADER, DIRECTORY_NONE, MAX_API_PATH_BYTES, MAX_CALLABLE_NAME_BYTES,
-    QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, QUICK_INDEX_NOTE, SEARCH_RESPONSE_CHARS,
+    render_directory, wrap_untrusted, DirectoryRow, Meta, PreparedCall, BATCH_MAX_ENTRIES,
+    BATCH_MAX_GRAPHEMES, BATCH_MAX_QUERY_BYTES, BATCH_MAX_RESULTS, DIRECTORY_CHARS,
+    DIRECTORY_HEADER, DIRECTORY_NONE, QUICK_INDEX_CHARS, QUICK_INDEX_FOOTER, SEARCH_RESPONSE_CHARS,
 };
 pub use text::{collate, safe_cut_bytes, safe_cut_utf16, utf16_len, CollationKey};
 pub use tokenize::{is_stopword, query_words, split_parts, split_words, tokenize, STOPWORDS};
