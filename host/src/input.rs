@@ -16,6 +16,7 @@ pub const MAX_TITLE_CHARS: usize = 120;
 
 /// A validated `exec` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecInput {
     /// Short intent shown to people; not executed.
     pub title: String,
@@ -96,6 +97,7 @@ impl ExecInput {
 
 /// A validated `wait` request (contract §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WaitInput {
     /// The parked run, trimmed.
     pub run_id: String,

@@ -82,8 +82,15 @@ pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 pub use store::STATE_FILE;
 pub use store::{Owner, StateStore};
 
-/// The tool catalog and Tool Search (the `quickcell-catalog` crate).
-pub use quickcell_catalog as catalog;
+/// The tool catalog and Tool Search: what [`Runtime::catalog`] returns and
+/// the types its methods take and give. The `quickcell-catalog` crate has
+/// the rest (ranking, names, hints) for embedders that build on it.
+pub mod catalog {
+    pub use quickcell_catalog::{
+        Catalog, CatalogError, CatalogMode, ErrorKind, Policy, SearchLimits, SourceCounts,
+        SourceKind, Telemetry, ToolSpec,
+    };
+}
 
 /// Guest internals exposed for tests and benchmarks; not a stable API.
 #[doc(hidden)]

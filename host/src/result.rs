@@ -21,6 +21,7 @@ pub enum CellResult {
 /// A finished cell.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Completed {
     /// The returned value after the safe projection; `undefined` → `null`.
     /// May be a truncation marker (contract §10).
@@ -51,6 +52,7 @@ pub struct Completed {
 /// A parked cell: waiting on host work, or yielded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Waiting {
     /// The run to pass to `wait`: `cm_<uuid>`, kept across `wait`s.
     pub run_id: String,
@@ -82,6 +84,7 @@ pub struct Waiting {
 /// Why a cell parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WaitReason {
     /// Requests were still running when the call's budget ran out.
     PendingTools,
@@ -91,6 +94,7 @@ pub enum WaitReason {
 
 /// An unsettled bridge request of a parked cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct PendingToolCall {
     /// `bridge:<method>:<seq>`.
     pub id: String,
@@ -102,6 +106,7 @@ pub struct PendingToolCall {
 /// A failed cell (or a rejected call).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Failed {
     /// `"<Name>: <message>"` plus guest frames when available.
     pub error: String,
@@ -136,6 +141,7 @@ pub struct Failed {
 /// Error codes (contract §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// Bad arguments, rejected source, module access.
     InvalidInput,
@@ -160,6 +166,7 @@ pub enum ErrorCode {
 /// Where a failure happened (contract §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum FailurePhase {
     /// Argument, source or admission checks; nothing ran.
     Input,
@@ -175,6 +182,7 @@ pub enum FailurePhase {
 /// server is unavailable, absent otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct McpOutage {
     /// Configured names of the unavailable servers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -189,6 +197,7 @@ pub struct McpOutage {
 /// `describeCount`, `callCount`, `visibleTools`) plus the call's fuel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Telemetry {
     /// The catalog instance's counters, serialized inline.
     #[serde(flatten)]

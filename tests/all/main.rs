@@ -1,6 +1,7 @@
 //! quickcell's integration tests: one test binary, one module per area.
 //! Every test runs real cells through the library or the built binary.
 
+mod api;
 mod bridge;
 mod catalog;
 mod cli;

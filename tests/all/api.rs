@@ -1,0 +1,176 @@
+//! The library's public surface as an embedder uses it: thread safety, and
+//! a state store of the embedder's own behind the `StateStore` trait.
+
+use crate::{value, waiting};
+use quickcell::store::{
+    ClaimRefused, Claimed, MemoryStateStore, ParkedRun, ResultStore, RunStore, SessionStore,
+    StateStore, StoreResult,
+};
+use quickcell::{ExecInput, Owner, Runtime, WaitInput};
+use serde_json::json;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+#[test]
+fn runtime_and_its_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<Runtime>();
+    send_sync::<quickcell::RuntimeBuilder>();
+    send_sync::<Arc<dyn StateStore>>();
+    let runtime = async {
+        let rt = Runtime::builder().build().await.unwrap();
+        rt.exec(ExecInput::new("t", "return 1")).await
+    };
+    send(&runtime);
+}
+
+/// An embedder's backend: the in-memory store, counting what reaches it.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryStateStore,
+    parks: AtomicUsize,
+    claims: AtomicUsize,
+    commits: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl RunStore for Counting {
+    async fn park(&self, run: ParkedRun) -> StoreResult<()> {
+        self.parks.fetch_add(1, SeqCst);
+        self.inner.park(run).await
+    }
+    async fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> StoreResult<Result<Claimed, ClaimRefused>> {
+        self.claims.fetch_add(1, SeqCst);
+        self.inner
+            .claim(run_id, owner, now_ms, claim_until_ms)
+            .await
+    }
+    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+        self.inner.unclaim(run_id).await
+    }
+    async fn remove(&self, run_id: &str) -> StoreResult<()> {
+        self.inner.remove(run_id).await
+    }
+    async fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> StoreResult<()> {
+        self.inner
+            .record_settlement(run_id, generation, request_id, settlement)
+            .await
+    }
+    async fn count_runs(&self) -> StoreResult<usize> {
+        self.inner.count_runs().await
+    }
+    async fn count_session_runs(&self, session: &str) -> StoreResult<usize> {
+        self.inner.count_session_runs(session).await
+    }
+    async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
+        self.inner.purge_expired(now_ms).await
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Counting {
+    async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
+        self.inner.store_get(session, key).await
+    }
+    async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
+        self.inner.store_total_bytes(session).await
+    }
+    async fn store_commit(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<String>)>,
+    ) -> StoreResult<()> {
+        self.commits.fetch_add(1, SeqCst);
+        self.inner.store_commit(session, writes).await
+    }
+}
+
+#[async_trait::async_trait]
+impl ResultStore for Counting {
+    async fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: String,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> StoreResult<bool> {
+        self.inner
+            .result_save(agent_run, id, json, max_count, max_bytes)
+            .await
+    }
+    async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {
+        self.inner.result_load(agent_run, id).await
+    }
+    async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
+        self.inner.result_delete(agent_run, id).await
+    }
+}
+
+impl StateStore for Counting {
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn an_embedders_state_store_holds_parked_runs_and_session_values() {
+    let store = Arc::new(Counting::default());
+    let rt = Runtime::builder()
+        .state_store(store.clone())
+        .build()
+        .await
+        .unwrap();
+    let owner = Owner {
+        agent_run: "run".into(),
+        session: "session".into(),
+    };
+    let cell = "await store('k', {n: 1}); await yield_control(); \
+                const saved = await results.save([1, 2, 3]); \
+                return [await load('k'), await results.load(saved.id)];";
+    let r = rt
+        .exec(ExecInput::new("park", cell).with_owner(owner.clone()))
+        .await;
+    let run_id = waiting(&r).run_id.clone();
+    assert_eq!(
+        store.parks.load(SeqCst),
+        1,
+        "the parked run went to the store"
+    );
+    assert_eq!(store.inner.count_runs().await.unwrap(), 1);
+    let r = rt.wait(WaitInput::new(&run_id).with_owner(owner)).await;
+    assert_eq!(value(&r), json!([{"n": 1}, [1, 2, 3]]));
+    assert_eq!(store.claims.load(SeqCst), 1);
+    assert_eq!(
+        store.commits.load(SeqCst),
+        1,
+        "the writes were committed once"
+    );
+    assert_eq!(
+        store
+            .inner
+            .store_get("session", "k")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(r#"{"n":1}"#)
+    );
+    assert_eq!(
+        store.inner.count_runs().await.unwrap(),
+        0,
+        "the run is gone"
+    );
+}
