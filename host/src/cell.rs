@@ -159,7 +159,7 @@ async fn instantiate(
         clock_offset_ns,
         deadline_ns,
     );
-    let fuel = match env.limits.fuel {
+    let fuel = match env.limits.fuel() {
         Fuel::Limited(n) => n,
         Fuel::Unlimited => u64::MAX,
     };
@@ -198,8 +198,8 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         Ok(text) => text,
         Err(rejection) => return input_failure(rejection.message(), (env.telemetry)()),
     };
-    let deadline = deadline_after(env.limits.timeout_ms);
-    let max_output = env.limits.max_output_bytes as usize;
+    let deadline = deadline_after(env.limits.timeout_ms());
+    let max_output = env.limits.max_output_bytes() as usize;
     let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, deadline).await {
         Ok(x) => x,
         Err(failure) => return failure,
@@ -208,7 +208,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
     // for every seed; the catalog's members are built once per runtime.
     let options = format!(
         r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
-        env.limits.memory_limit_bytes,
+        env.limits.memory_limit_bytes(),
         rand_seed(),
         env.tools.start_options,
     );
@@ -220,7 +220,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         exports,
         bridge: Bridge::new(
             env.tools.clone(),
-            env.limits.max_pending_tool_calls as usize,
+            env.limits.max_pending_tool_calls() as usize,
             input.restart_safe,
         )
         .with_reply_inbox(env.limits.reply_inbox_bytes())
@@ -261,7 +261,7 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
     let now = unix_ms();
     // A claim outlives this call's deadline by the hard-stop grace, so a
     // `wait` that is still running is never mistaken for an abandoned one.
-    let claim_until = now + env.limits.timeout_ms + CLAIM_GRACE_MS;
+    let claim_until = now + env.limits.timeout_ms() + CLAIM_GRACE_MS;
     let claimed = match env.runs.store.claim(run_id, &input.owner, now, claim_until) {
         Ok(Ok(claimed)) => claimed,
         Ok(Err(refused)) => {
@@ -347,7 +347,7 @@ async fn restore(
     let parked_ns = unix_ms().saturating_sub(host.parked_unix_ms) * 1_000_000;
     let target = host.guest_clock_ns.saturating_add(parked_ns);
     let clock_offset = target.saturating_sub(process_nanos());
-    let deadline = deadline_after(env.limits.timeout_ms);
+    let deadline = deadline_after(env.limits.timeout_ms());
     let output_cap = host
         .max_output_bytes
         .saturating_sub(host.delivered_output_bytes);
@@ -405,7 +405,7 @@ async fn restore(
                 .collect();
             Bridge::restore(
                 env.tools.clone(),
-                env.limits.max_pending_tool_calls as usize,
+                env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
                 recorded,
@@ -473,7 +473,7 @@ impl LiveCell {
             .data()
             .deadline_ns
             .saturating_sub(process_nanos());
-        let margin = resume_margin(env.limits.timeout_ms);
+        let margin = resume_margin(env.limits.timeout_ms());
         Instant::now() + Duration::from_nanos(left_ns).saturating_sub(margin)
     }
 
@@ -734,7 +734,7 @@ impl LiveCell {
             stack_pointer,
             host_state: &host_json,
             guest_hash: crate::engine::guest_hash(),
-            max_payload_bytes: env.limits.max_snapshot_bytes as usize,
+            max_payload_bytes: env.limits.max_snapshot_bytes() as usize,
         });
         let checkpointed = Instant::now();
         stats::CHECKPOINT_NANOS.store(
@@ -767,7 +767,7 @@ impl LiveCell {
                 );
             }
         };
-        let ttl_ms = env.limits.snapshot_ttl_seconds.saturating_mul(1000);
+        let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
         let expires_at_ms = parked_unix_ms.saturating_add(ttl_ms);
         let parked = ParkedRun {
             run_id: run_id.clone(),

@@ -26,363 +26,147 @@ pub enum Fuel {
 /// fuel cap stays a deterministic bound for metered hosts.
 pub const DEFAULT_FUEL: u64 = 10_000_000_000;
 
+/// Sets one limit: 0 stands for the default (the contract's rule for a
+/// non-positive value), anything else is clamped into `min..=max`.
+fn limit(value: u64, default: u64, min: u64, max: u64) -> u64 {
+    if value == 0 {
+        default
+    } else {
+        value.clamp(min, max)
+    }
+}
+
 /// Execution limits of a runtime (contract §6). Construct with
-/// [`Limits::default`] and adjust with the `with_*` setters, which clamp.
+/// [`Limits::default`] and adjust with the `with_*` setters, which clamp
+/// into range and read 0 as "the default"; read with the getters of the
+/// same names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Wall-clock budget of one call (`exec` or `wait`), in milliseconds.
-    /// Default 10,000; range 100–60,000.
-    pub timeout_ms: u64,
-    /// QuickJS heap limit of a cell, in bytes; also caps the cell's Wasm
-    /// linear memory at this value plus the runtime image and a quarter for
-    /// allocator overhead. Default 64 MiB; range 1 MiB–1 GiB.
-    pub memory_limit_bytes: u64,
-    /// Output budget of a cell, in bytes of compact JSON, shared by output,
-    /// value and error across all of the cell's calls. Default 65,536;
-    /// range 1,024–10,485,760.
-    pub max_output_bytes: u64,
-    /// Largest checkpoint of a parked cell, in bytes. Default 10 MiB; range
-    /// 1,024–268,435,456.
-    pub max_snapshot_bytes: u64,
-    /// Bridge requests in flight at the host per cell. Default 16; range 1–128.
-    pub max_pending_tool_calls: u64,
-    /// Idle lifetime of a parked cell, in seconds. Default 900; range 1–86,400.
-    pub snapshot_ttl_seconds: u64,
-    /// Default `catalog.search` limit. Default 8; range 1–`max_search_limit`.
-    pub search_default_limit: u64,
-    /// Cap of any search limit. Default 50; range 1–50.
-    pub max_search_limit: u64,
-    /// Fuel per call. Default [`DEFAULT_FUEL`]; a positive integer, or
-    /// `false` for unlimited.
-    pub fuel: Fuel,
+    timeout_ms: u64,
+    memory_limit_bytes: u64,
+    max_output_bytes: u64,
+    max_snapshot_bytes: u64,
+    max_pending_tool_calls: u64,
+    snapshot_ttl_seconds: u64,
+    search_default_limit: u64,
+    max_search_limit: u64,
+    fuel: Fuel,
 }
+
+/// [`Limits::default`].
+const LIMITS: Limits = Limits {
+    timeout_ms: 10_000,
+    memory_limit_bytes: 64 << 20,
+    max_output_bytes: 65_536,
+    max_snapshot_bytes: 10 << 20,
+    max_pending_tool_calls: 16,
+    snapshot_ttl_seconds: 900,
+    search_default_limit: 8,
+    max_search_limit: 50,
+    fuel: Fuel::Limited(DEFAULT_FUEL),
+};
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            timeout_ms: 10_000,
-            memory_limit_bytes: 64 << 20,
-            max_output_bytes: 65_536,
-            max_snapshot_bytes: 10 << 20,
-            max_pending_tool_calls: 16,
-            snapshot_ttl_seconds: 900,
-            search_default_limit: 8,
-            max_search_limit: 50,
-            fuel: Fuel::Limited(DEFAULT_FUEL),
-        }
+        LIMITS
     }
 }
-
-/// Runs that may hold a suspended-run slot at once by default (contract §6;
-/// [`HostLimits::max_suspended_runs`] changes it).
-pub const MAX_SUSPENDED_RUNS: usize = 64;
-
-/// Process-wide caps of a runtime and each session's share of them
-/// (operations.md §1.5): what one tenant may hold of what all tenants
-/// share. The `[host]` table of the configuration file sets them, with the
-/// same rule as `[limits]` (non-positive → default, else clamped).
-///
-/// A session over its share gets the ordinary slot error for that call
-/// alone; other sessions are unaffected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostLimits {
-    /// Runs that may hold a suspended-run slot at once, across all
-    /// sessions: parked runs in the state store plus cells of this runtime
-    /// that have dispatched host work. Unit: runs; scope: the runtime (and
-    /// every process sharing its state store); default 64 (the contract's
-    /// value); range 1–100,000. A parked run costs no pool instance.
-    pub max_suspended_runs: u64,
-    /// Share of `max_suspended_runs` one session may hold. Unit: runs;
-    /// scope: one session; default 16; range 1–`max_suspended_runs`.
-    pub max_suspended_runs_per_session: u64,
-    /// Cells of one session that may run (`exec` or `wait` in progress) in
-    /// this runtime at once; a further call fails at once with
-    /// `invalid_input`. Unit: cells; scope: one session in one runtime;
-    /// default 4; range 1–256 (the engine's instance pool).
-    pub max_running_cells_per_session: u64,
-}
-
-impl Default for HostLimits {
-    fn default() -> Self {
-        Self {
-            max_suspended_runs: MAX_SUSPENDED_RUNS as u64,
-            max_suspended_runs_per_session: 16,
-            max_running_cells_per_session: 4,
-        }
-    }
-}
-
-impl HostLimits {
-    /// Sets `max_suspended_runs` (clamped to 1–100,000; the per-session
-    /// share is clamped to it).
-    pub fn with_max_suspended_runs(mut self, n: u64) -> Self {
-        self.max_suspended_runs = n.clamp(1, 100_000);
-        self.max_suspended_runs_per_session = self
-            .max_suspended_runs_per_session
-            .min(self.max_suspended_runs);
-        self
-    }
-
-    /// Sets `max_suspended_runs_per_session` (clamped to
-    /// 1–`max_suspended_runs`).
-    pub fn with_max_suspended_runs_per_session(mut self, n: u64) -> Self {
-        self.max_suspended_runs_per_session = n.clamp(1, self.max_suspended_runs);
-        self
-    }
-
-    /// Sets `max_running_cells_per_session` (clamped to 1–256).
-    pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
-        self.max_running_cells_per_session = n.clamp(1, 256);
-        self
-    }
-}
-
-/// Parses the `[host]` table.
-fn parse_host_limits(table: &toml::Table) -> Result<HostLimits, Error> {
-    const NAMES: &str =
-        "max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session";
-    let defaults = HostLimits::default();
-    let mut limits = defaults.clone();
-    let positive = |value: &toml::Value| value.as_integer().filter(|n| *n > 0).map(|n| n as u64);
-    // The total first, so the share is clamped to it.
-    if let Some(value) = table.get("max_suspended_runs") {
-        let n = positive(value).unwrap_or(defaults.max_suspended_runs);
-        limits = limits.with_max_suspended_runs(n);
-    }
-    for (name, value) in table {
-        match name.as_str() {
-            "max_suspended_runs" => {}
-            "max_suspended_runs_per_session" => {
-                let n = positive(value).unwrap_or(defaults.max_suspended_runs_per_session);
-                limits = limits.with_max_suspended_runs_per_session(n);
-            }
-            "max_running_cells_per_session" => {
-                let n = positive(value).unwrap_or(defaults.max_running_cells_per_session);
-                limits = limits.with_max_running_cells_per_session(n);
-            }
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown key `host.{other}`; known keys: {NAMES}"
-                )))
-            }
-        }
-    }
-    Ok(limits)
-}
-
-/// Caps of the HTTP front end (`quickcell serve --http`, operations.md §2),
-/// set by the `[http]` table. Over a cap a request gets a JSON-RPC error
-/// and nothing already accepted is lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpLimits {
-    /// Largest request body, in bytes. Default 8 MiB; range 1 KiB–256 MiB.
-    /// A larger body gets HTTP 413 (checked against `Content-Length` before
-    /// it is read, and while it is read otherwise).
-    pub max_body_bytes: u64,
-    /// MCP sessions open at once. Default 1,024; range 1–100,000. An
-    /// `initialize` over the cap gets HTTP 503; open sessions go on.
-    pub max_sessions: u64,
-    /// Seconds an MCP session may go without a request before it is closed.
-    /// Default 1,800 (30 minutes); range 1–86,400. Keep it above
-    /// `snapshot_ttl_seconds` when clients come back to `wait` parked runs
-    /// much later.
-    pub session_idle_seconds: u64,
-    /// Values of the `Origin` header accepted besides loopback origins
-    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`), for
-    /// example `"https://app.example.com"`. Requests without `Origin`
-    /// (non-browser clients) are accepted. Default: none.
-    pub allowed_origins: Vec<String>,
-    /// Host names accepted in the `Host` header besides loopback names and
-    /// the address the server binds. Default: none.
-    pub allowed_hosts: Vec<String>,
-    /// File holding the bearer token every request must carry
-    /// (`--auth-token-file` overrides it; `QUICKCELL_AUTH_TOKEN` is used
-    /// when neither is given). Relative to the configuration file.
-    pub auth_token_file: Option<PathBuf>,
-}
-
-impl Default for HttpLimits {
-    fn default() -> Self {
-        Self {
-            max_body_bytes: 8 << 20,
-            max_sessions: 1_024,
-            session_idle_seconds: 1_800,
-            allowed_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            auth_token_file: None,
-        }
-    }
-}
-
-/// Parses the `[http]` table.
-fn parse_http(table: &toml::Table) -> Result<HttpLimits, Error> {
-    const NAMES: &str = "max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file";
-    let mut http = HttpLimits::default();
-    let defaults = HttpLimits::default();
-    let clamp = |value: &toml::Value, default: u64, min: u64, max: u64| match value.as_integer() {
-        Some(n) if n > 0 => (n as u64).clamp(min, max),
-        _ => default,
-    };
-    let strings = |name: &str, value: &toml::Value| -> Result<Vec<String>, Error> {
-        value
-            .as_array()
-            .and_then(|items| {
-                items
-                    .iter()
-                    .map(|item| item.as_str().map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
-            })
-            .ok_or_else(|| Error::Config(format!("`http.{name}` must be an array of strings")))
-    };
-    for (name, value) in table {
-        match name.as_str() {
-            "max_body_bytes" => {
-                http.max_body_bytes = clamp(value, defaults.max_body_bytes, 1 << 10, 256 << 20)
-            }
-            "max_sessions" => http.max_sessions = clamp(value, defaults.max_sessions, 1, 100_000),
-            "session_idle_seconds" => {
-                http.session_idle_seconds = clamp(value, defaults.session_idle_seconds, 1, 86_400)
-            }
-            "allowed_origins" => http.allowed_origins = strings(name, value)?,
-            "allowed_hosts" => http.allowed_hosts = strings(name, value)?,
-            "auth_token_file" => {
-                let path = value.as_str().ok_or_else(|| {
-                    Error::Config("`http.auth_token_file` must be a string".into())
-                })?;
-                http.auth_token_file = Some(PathBuf::from(path));
-            }
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown key `http.{other}`; known keys: {NAMES}"
-                )))
-            }
-        }
-    }
-    Ok(http)
-}
-
-/// One limit key: its snake_case config name, range and accessor.
-struct Key {
-    name: &'static str,
-    min: u64,
-    max: u64,
-    field: fn(&mut Limits) -> &mut u64,
-}
-
-const KEYS: &[Key] = &[
-    Key {
-        name: "timeout_ms",
-        min: 100,
-        max: 60_000,
-        field: |l| &mut l.timeout_ms,
-    },
-    Key {
-        name: "memory_limit_bytes",
-        min: 1 << 20,
-        max: 1 << 30,
-        field: |l| &mut l.memory_limit_bytes,
-    },
-    Key {
-        name: "max_output_bytes",
-        min: 1_024,
-        max: 10_485_760,
-        field: |l| &mut l.max_output_bytes,
-    },
-    Key {
-        name: "max_snapshot_bytes",
-        min: 1_024,
-        max: 268_435_456,
-        field: |l| &mut l.max_snapshot_bytes,
-    },
-    Key {
-        name: "max_pending_tool_calls",
-        min: 1,
-        max: 128,
-        field: |l| &mut l.max_pending_tool_calls,
-    },
-    Key {
-        name: "snapshot_ttl_seconds",
-        min: 1,
-        max: 86_400,
-        field: |l| &mut l.snapshot_ttl_seconds,
-    },
-    Key {
-        name: "search_default_limit",
-        min: 1,
-        max: 50,
-        field: |l| &mut l.search_default_limit,
-    },
-    Key {
-        name: "max_search_limit",
-        min: 1,
-        max: 50,
-        field: |l| &mut l.max_search_limit,
-    },
-];
 
 impl Limits {
-    /// Sets a limit by its snake_case key from an integer, following the
-    /// contract: non-positive → default, otherwise clamped into range.
-    fn set_clamped(&mut self, key: &Key, value: Option<i64>) {
-        let default = *(key.field)(&mut Limits::default());
-        let v = match value {
-            Some(v) if v > 0 => (v as u64).clamp(key.min, key.max),
-            _ => default,
-        };
-        *(key.field)(self) = v;
-        self.search_default_limit = self.search_default_limit.min(self.max_search_limit);
+    /// Wall-clock budget of one call (`exec` or `wait`), in milliseconds.
+    /// Default 10,000; range 100–60,000.
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+    /// QuickJS heap limit of a cell, in bytes; also caps the cell's Wasm
+    /// linear memory at this value plus the runtime image and a quarter for
+    /// allocator overhead. Default 64 MiB; range 1 MiB–1 GiB.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_limit_bytes
+    }
+    /// Output budget of a cell, in bytes of compact JSON, shared by output,
+    /// value and error across all of the cell's calls. Default 65,536;
+    /// range 1,024–10,485,760.
+    pub fn max_output_bytes(&self) -> u64 {
+        self.max_output_bytes
+    }
+    /// Largest checkpoint of a parked cell, in bytes. Default 10 MiB; range
+    /// 1,024–268,435,456.
+    pub fn max_snapshot_bytes(&self) -> u64 {
+        self.max_snapshot_bytes
+    }
+    /// Bridge requests in flight at the host per cell. Default 16; range 1–128.
+    pub fn max_pending_tool_calls(&self) -> u64 {
+        self.max_pending_tool_calls
+    }
+    /// Idle lifetime of a parked cell, in seconds. Default 900; range 1–86,400.
+    pub fn snapshot_ttl_seconds(&self) -> u64 {
+        self.snapshot_ttl_seconds
+    }
+    /// Default `catalog.search` limit. Default 8; range 1–`max_search_limit`.
+    pub fn search_default_limit(&self) -> u64 {
+        self.search_default_limit
+    }
+    /// Cap of any search limit. Default 50; range 1–50.
+    pub fn max_search_limit(&self) -> u64 {
+        self.max_search_limit
+    }
+    /// Fuel per call. Default [`DEFAULT_FUEL`]; a positive integer, or
+    /// [`Fuel::Unlimited`].
+    pub fn fuel(&self) -> Fuel {
+        self.fuel
     }
 
-    fn set_by_name(&mut self, name: &str, value: Option<i64>) {
-        let key = KEYS.iter().find(|k| k.name == name).expect("known key");
-        self.set_clamped(key, value);
-    }
-
-    /// Sets `timeout_ms` (clamped to 100–60,000; non-positive → default).
-    pub fn with_timeout_ms(mut self, ms: i64) -> Self {
-        self.set_by_name("timeout_ms", Some(ms));
+    /// Sets `timeout_ms` (clamped to 100–60,000; 0 → the default).
+    pub fn with_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = limit(ms, LIMITS.timeout_ms, 100, 60_000);
         self
     }
-    /// Sets `memory_limit_bytes` (clamped to 1 MiB–1 GiB).
-    pub fn with_memory_limit_bytes(mut self, bytes: i64) -> Self {
-        self.set_by_name("memory_limit_bytes", Some(bytes));
+    /// Sets `memory_limit_bytes` (clamped to 1 MiB–1 GiB; 0 → the default).
+    pub fn with_memory_limit_bytes(mut self, bytes: u64) -> Self {
+        self.memory_limit_bytes = limit(bytes, LIMITS.memory_limit_bytes, 1 << 20, 1 << 30);
         self
     }
-    /// Sets `max_output_bytes` (clamped to 1,024–10,485,760).
-    pub fn with_max_output_bytes(mut self, bytes: i64) -> Self {
-        self.set_by_name("max_output_bytes", Some(bytes));
+    /// Sets `max_output_bytes` (clamped to 1,024–10,485,760; 0 → the
+    /// default).
+    pub fn with_max_output_bytes(mut self, bytes: u64) -> Self {
+        self.max_output_bytes = limit(bytes, LIMITS.max_output_bytes, 1_024, 10_485_760);
         self
     }
-    /// Sets `max_snapshot_bytes` (clamped to 1,024–268,435,456).
-    pub fn with_max_snapshot_bytes(mut self, bytes: i64) -> Self {
-        self.set_by_name("max_snapshot_bytes", Some(bytes));
+    /// Sets `max_snapshot_bytes` (clamped to 1,024–268,435,456; 0 → the
+    /// default).
+    pub fn with_max_snapshot_bytes(mut self, bytes: u64) -> Self {
+        self.max_snapshot_bytes = limit(bytes, LIMITS.max_snapshot_bytes, 1_024, 268_435_456);
         self
     }
-    /// Sets `max_pending_tool_calls` (clamped to 1–128).
-    pub fn with_max_pending_tool_calls(mut self, n: i64) -> Self {
-        self.set_by_name("max_pending_tool_calls", Some(n));
+    /// Sets `max_pending_tool_calls` (clamped to 1–128; 0 → the default).
+    pub fn with_max_pending_tool_calls(mut self, n: u64) -> Self {
+        self.max_pending_tool_calls = limit(n, LIMITS.max_pending_tool_calls, 1, 128);
         self
     }
-    /// Sets `snapshot_ttl_seconds` (clamped to 1–86,400).
-    pub fn with_snapshot_ttl_seconds(mut self, s: i64) -> Self {
-        self.set_by_name("snapshot_ttl_seconds", Some(s));
+    /// Sets `snapshot_ttl_seconds` (clamped to 1–86,400; 0 → the default).
+    pub fn with_snapshot_ttl_seconds(mut self, s: u64) -> Self {
+        self.snapshot_ttl_seconds = limit(s, LIMITS.snapshot_ttl_seconds, 1, 86_400);
         self
     }
-    /// Sets `max_search_limit` (clamped to 1–50); lowers
+    /// Sets `max_search_limit` (clamped to 1–50; 0 → the default); lowers
     /// `search_default_limit` to it when needed.
-    pub fn with_max_search_limit(mut self, n: i64) -> Self {
-        self.set_by_name("max_search_limit", Some(n));
+    pub fn with_max_search_limit(mut self, n: u64) -> Self {
+        self.max_search_limit = limit(n, LIMITS.max_search_limit, 1, 50);
+        self.search_default_limit = self.search_default_limit.min(self.max_search_limit);
         self
     }
-    /// Sets `search_default_limit` (clamped to 1–`max_search_limit`).
-    pub fn with_search_default_limit(mut self, n: i64) -> Self {
-        self.set_by_name("search_default_limit", Some(n));
+    /// Sets `search_default_limit` (clamped to 1–`max_search_limit`; 0 →
+    /// the default, lowered to `max_search_limit` when needed).
+    pub fn with_search_default_limit(mut self, n: u64) -> Self {
+        self.search_default_limit =
+            limit(n, LIMITS.search_default_limit, 1, 50).min(self.max_search_limit);
         self
     }
-    /// Sets the fuel allowance per call.
+    /// Sets the fuel allowance per call (`Fuel::Limited(0)` → the default).
     pub fn with_fuel(mut self, fuel: Fuel) -> Self {
         self.fuel = match fuel {
-            Fuel::Limited(0) => Limits::default().fuel,
+            Fuel::Limited(0) => LIMITS.fuel,
             other => other,
         };
         self
@@ -399,6 +183,195 @@ impl Limits {
     pub(crate) fn linear_memory_cap(&self, image_bytes: usize) -> usize {
         let heap = self.memory_limit_bytes as usize;
         image_bytes + heap + heap / 4
+    }
+}
+
+/// Runs that may hold a suspended-run slot at once by default (contract §6;
+/// [`HostLimits::with_max_suspended_runs`] changes it).
+pub const MAX_SUSPENDED_RUNS: usize = 64;
+
+/// Process-wide caps of a runtime and each session's share of them
+/// (operations.md §1.5): what one tenant may hold of what all tenants
+/// share. The `[host]` table of the configuration file sets them, with the
+/// same rule as `[limits]` (non-positive → default, else clamped); so do
+/// the `with_*` setters (0 → the default, else clamped).
+///
+/// A session over its share gets the ordinary slot error for that call
+/// alone; other sessions are unaffected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLimits {
+    max_suspended_runs: u64,
+    max_suspended_runs_per_session: u64,
+    max_running_cells_per_session: u64,
+}
+
+/// [`HostLimits::default`].
+const HOST_LIMITS: HostLimits = HostLimits {
+    max_suspended_runs: MAX_SUSPENDED_RUNS as u64,
+    max_suspended_runs_per_session: 16,
+    max_running_cells_per_session: 4,
+};
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HOST_LIMITS
+    }
+}
+
+impl HostLimits {
+    /// Runs that may hold a suspended-run slot at once, across all
+    /// sessions: parked runs in the state store plus cells of this runtime
+    /// that have dispatched host work. Unit: runs; scope: the runtime (and
+    /// every process sharing its state store); default 64 (the contract's
+    /// value); range 1–100,000. A parked run costs no pool instance.
+    pub fn max_suspended_runs(&self) -> u64 {
+        self.max_suspended_runs
+    }
+    /// Share of `max_suspended_runs` one session may hold. Unit: runs;
+    /// scope: one session; default 16; range 1–`max_suspended_runs`.
+    pub fn max_suspended_runs_per_session(&self) -> u64 {
+        self.max_suspended_runs_per_session
+    }
+    /// Cells of one session that may run (`exec` or `wait` in progress) in
+    /// this runtime at once; a further call fails at once with
+    /// `invalid_input`. Unit: cells; scope: one session in one runtime;
+    /// default 4; range 1–256 (the engine's instance pool).
+    pub fn max_running_cells_per_session(&self) -> u64 {
+        self.max_running_cells_per_session
+    }
+
+    /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
+    /// the per-session share is lowered to it when needed).
+    pub fn with_max_suspended_runs(mut self, n: u64) -> Self {
+        self.max_suspended_runs = limit(n, HOST_LIMITS.max_suspended_runs, 1, 100_000);
+        self.max_suspended_runs_per_session = self
+            .max_suspended_runs_per_session
+            .min(self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_suspended_runs_per_session` (clamped to
+    /// 1–`max_suspended_runs`; 0 → the default, lowered to
+    /// `max_suspended_runs` when needed).
+    pub fn with_max_suspended_runs_per_session(mut self, n: u64) -> Self {
+        self.max_suspended_runs_per_session = limit(
+            n,
+            HOST_LIMITS.max_suspended_runs_per_session,
+            1,
+            self.max_suspended_runs,
+        )
+        .min(self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_running_cells_per_session` (clamped to 1–256; 0 → the
+    /// default).
+    pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
+        self.max_running_cells_per_session =
+            limit(n, HOST_LIMITS.max_running_cells_per_session, 1, 256);
+        self
+    }
+}
+
+/// Caps of the HTTP front end (`quickcell serve --http`, operations.md §2),
+/// set by the `[http]` table (same rule as `[limits]`) or the `with_*`
+/// setters (0 → the default, else clamped). Over a cap a request gets a
+/// JSON-RPC error and nothing already accepted is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    max_body_bytes: u64,
+    max_sessions: u64,
+    session_idle_seconds: u64,
+    allowed_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
+    auth_token_file: Option<PathBuf>,
+}
+
+/// [`HttpLimits::default`].
+const HTTP_LIMITS: HttpLimits = HttpLimits {
+    max_body_bytes: 8 << 20,
+    max_sessions: 1_024,
+    session_idle_seconds: 1_800,
+    allowed_origins: Vec::new(),
+    allowed_hosts: Vec::new(),
+    auth_token_file: None,
+};
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HTTP_LIMITS
+    }
+}
+
+impl HttpLimits {
+    /// Largest request body, in bytes. Default 8 MiB; range 1 KiB–256 MiB.
+    /// A larger body gets HTTP 413 (checked against `Content-Length` before
+    /// it is read, and while it is read otherwise).
+    pub fn max_body_bytes(&self) -> u64 {
+        self.max_body_bytes
+    }
+    /// MCP sessions open at once. Default 1,024; range 1–100,000. An
+    /// `initialize` over the cap gets HTTP 503; open sessions go on.
+    pub fn max_sessions(&self) -> u64 {
+        self.max_sessions
+    }
+    /// Seconds an MCP session may go without a request before it is closed.
+    /// Default 1,800 (30 minutes); range 1–86,400. Keep it above
+    /// `snapshot_ttl_seconds` when clients come back to `wait` parked runs
+    /// much later.
+    pub fn session_idle_seconds(&self) -> u64 {
+        self.session_idle_seconds
+    }
+    /// Values of the `Origin` header accepted besides loopback origins
+    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`), for
+    /// example `"https://app.example.com"`. Requests without `Origin`
+    /// (non-browser clients) are accepted. Default: none.
+    pub fn allowed_origins(&self) -> &[String] {
+        &self.allowed_origins
+    }
+    /// Host names accepted in the `Host` header besides loopback names and
+    /// the address the server binds. Default: none.
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
+    }
+    /// File holding the bearer token every request must carry
+    /// (`--auth-token-file` overrides it; `QUICKCELL_AUTH_TOKEN` is used
+    /// when neither is given). In the configuration file it is relative to
+    /// the file. Default: none.
+    pub fn auth_token_file(&self) -> Option<&Path> {
+        self.auth_token_file.as_deref()
+    }
+
+    /// Sets `max_body_bytes` (clamped to 1 KiB–256 MiB; 0 → the default).
+    pub fn with_max_body_bytes(mut self, bytes: u64) -> Self {
+        self.max_body_bytes = limit(bytes, HTTP_LIMITS.max_body_bytes, 1 << 10, 256 << 20);
+        self
+    }
+    /// Sets `max_sessions` (clamped to 1–100,000; 0 → the default).
+    pub fn with_max_sessions(mut self, n: u64) -> Self {
+        self.max_sessions = limit(n, HTTP_LIMITS.max_sessions, 1, 100_000);
+        self
+    }
+    /// Sets `session_idle_seconds` (clamped to 1–86,400; 0 → the default).
+    pub fn with_session_idle_seconds(mut self, s: u64) -> Self {
+        self.session_idle_seconds = limit(s, HTTP_LIMITS.session_idle_seconds, 1, 86_400);
+        self
+    }
+    /// Sets the `Origin` values accepted besides loopback origins.
+    pub fn with_allowed_origins(mut self, origins: Vec<String>) -> Self {
+        self.allowed_origins = origins;
+        self
+    }
+    /// Sets the `Host` names accepted besides loopback names and the bound
+    /// address.
+    pub fn with_allowed_hosts(mut self, hosts: Vec<String>) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+    /// Sets the bearer token file (`None`: no token file).
+    pub fn with_auth_token_file(mut self, file: Option<PathBuf>) -> Self {
+        self.auth_token_file = file;
+        self
     }
 }
 
@@ -476,7 +449,7 @@ impl Config {
     ///
     /// ```
     /// let config = quickcell::Config::parse("[limits]\ntimeout_ms = 99999\n").unwrap();
-    /// assert_eq!(config.limits.timeout_ms, 60_000); // clamped
+    /// assert_eq!(config.limits.timeout_ms(), 60_000); // clamped
     /// ```
     pub fn parse(text: &str) -> Result<Self, Error> {
         let table: toml::Table = text
@@ -542,32 +515,108 @@ impl Config {
     }
 }
 
+/// A limit key's value as its setter takes it: a positive integer as is,
+/// anything else 0 (the default).
+fn positive(value: &toml::Value) -> u64 {
+    value.as_integer().filter(|n| *n > 0).unwrap_or(0) as u64
+}
+
 fn parse_limits(table: &toml::Table) -> Result<Limits, Error> {
+    const NAMES: &str = "timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel";
     let mut limits = Limits::default();
     // `max_search_limit` first, so `search_default_limit` is clamped to it.
-    let mut keys: Vec<(&String, &toml::Value)> = table.iter().collect();
-    keys.sort_by_key(|(k, _)| k.as_str() != "max_search_limit");
-    for (name, value) in keys {
-        if name == "fuel" {
-            limits.fuel = match value {
+    if let Some(value) = table.get("max_search_limit") {
+        limits = limits.with_max_search_limit(positive(value));
+    }
+    for (name, value) in table {
+        let n = positive(value);
+        limits = match name.as_str() {
+            "max_search_limit" => limits,
+            "timeout_ms" => limits.with_timeout_ms(n),
+            "memory_limit_bytes" => limits.with_memory_limit_bytes(n),
+            "max_output_bytes" => limits.with_max_output_bytes(n),
+            "max_snapshot_bytes" => limits.with_max_snapshot_bytes(n),
+            "max_pending_tool_calls" => limits.with_max_pending_tool_calls(n),
+            "snapshot_ttl_seconds" => limits.with_snapshot_ttl_seconds(n),
+            "search_default_limit" => limits.with_search_default_limit(n),
+            "fuel" => limits.with_fuel(match value {
                 toml::Value::Boolean(false) => Fuel::Unlimited,
-                toml::Value::Integer(n) if *n > 0 => Fuel::Limited(*n as u64),
-                _ => Limits::default().fuel,
-            };
-            continue;
-        }
-        let key = KEYS
-            .iter()
-            .find(|k| k.name == name.as_str())
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "unknown key `limits.{name}`; known keys: {}, fuel",
-                    KEYS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
-                ))
-            })?;
-        limits.set_clamped(key, value.as_integer());
+                _ => Fuel::Limited(n),
+            }),
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown key `limits.{other}`; known keys: {NAMES}"
+                )))
+            }
+        };
     }
     Ok(limits)
+}
+
+/// Parses the `[host]` table.
+fn parse_host_limits(table: &toml::Table) -> Result<HostLimits, Error> {
+    const NAMES: &str =
+        "max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session";
+    let mut limits = HostLimits::default();
+    // The total first, so the share is clamped to it.
+    if let Some(value) = table.get("max_suspended_runs") {
+        limits = limits.with_max_suspended_runs(positive(value));
+    }
+    for (name, value) in table {
+        limits = match name.as_str() {
+            "max_suspended_runs" => limits,
+            "max_suspended_runs_per_session" => {
+                limits.with_max_suspended_runs_per_session(positive(value))
+            }
+            "max_running_cells_per_session" => {
+                limits.with_max_running_cells_per_session(positive(value))
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown key `host.{other}`; known keys: {NAMES}"
+                )))
+            }
+        };
+    }
+    Ok(limits)
+}
+
+/// Parses the `[http]` table.
+fn parse_http(table: &toml::Table) -> Result<HttpLimits, Error> {
+    const NAMES: &str = "max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file";
+    let mut http = HttpLimits::default();
+    let strings = |name: &str, value: &toml::Value| -> Result<Vec<String>, Error> {
+        value
+            .as_array()
+            .and_then(|items| {
+                items
+                    .iter()
+                    .map(|item| item.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| Error::Config(format!("`http.{name}` must be an array of strings")))
+    };
+    for (name, value) in table {
+        http = match name.as_str() {
+            "max_body_bytes" => http.with_max_body_bytes(positive(value)),
+            "max_sessions" => http.with_max_sessions(positive(value)),
+            "session_idle_seconds" => http.with_session_idle_seconds(positive(value)),
+            "allowed_origins" => http.with_allowed_origins(strings(name, value)?),
+            "allowed_hosts" => http.with_allowed_hosts(strings(name, value)?),
+            "auth_token_file" => {
+                let path = value.as_str().ok_or_else(|| {
+                    Error::Config("`http.auth_token_file` must be a string".into())
+                })?;
+                http.with_auth_token_file(Some(PathBuf::from(path)))
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "unknown key `http.{other}`; known keys: {NAMES}"
+                )))
+            }
+        };
+    }
+    Ok(http)
 }
 
 #[cfg(test)]
@@ -580,12 +629,12 @@ mod tests {
             "[limits]\ntimeout_ms = 5\nmemory_limit_bytes = -3\nmax_output_bytes = 2.5\nmax_search_limit = 3\nfuel = false\n",
         )
         .unwrap();
-        assert_eq!(c.limits.timeout_ms, 100);
-        assert_eq!(c.limits.memory_limit_bytes, 64 << 20);
-        assert_eq!(c.limits.max_output_bytes, 65_536);
-        assert_eq!(c.limits.max_search_limit, 3);
-        assert_eq!(c.limits.search_default_limit, 3);
-        assert_eq!(c.limits.fuel, Fuel::Unlimited);
+        assert_eq!(c.limits.timeout_ms(), 100);
+        assert_eq!(c.limits.memory_limit_bytes(), 64 << 20);
+        assert_eq!(c.limits.max_output_bytes(), 65_536);
+        assert_eq!(c.limits.max_search_limit(), 3);
+        assert_eq!(c.limits.search_default_limit(), 3);
+        assert_eq!(c.limits.fuel(), Fuel::Unlimited);
     }
 
     #[test]
