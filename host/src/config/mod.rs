@@ -2,8 +2,15 @@
 //!
 //! Every limit documents its unit, scope and default. Values follow the
 //! contract's rule: a non-integer or non-positive value falls back to the
-//! default, a valid integer is clamped into the allowed range. Unknown keys
-//! and malformed files are errors that name the key or line.
+//! default, a valid integer is clamped into the allowed range. The file is
+//! parsed in one place, [`file`] (serde structs with
+//! `deny_unknown_fields`, one per table): unknown keys, values of the wrong
+//! type and malformed files are errors that name the key and the line, as
+//! in ``line 2, column 1: unknown key `limits.timeout`; known keys: …``
+//! ([`problem`]).
+
+mod file;
+mod problem;
 
 use crate::error::Error;
 use crate::mcp::McpServerConfig;
@@ -414,7 +421,7 @@ pub struct Config {
     /// `[workspace] root`: the directory the built-in `read`, `ls`, `find`
     /// and `grep` tools serve. Absent → no workspace tools.
     pub workspace_root: Option<PathBuf>,
-    /// `[mcp.servers.NAME]`: downstream MCP servers, in file order (see
+    /// `[mcp.servers.NAME]`: downstream MCP servers, in name order (see
     /// [`crate::mcp`]).
     pub mcp_servers: Vec<McpServerConfig>,
 }
@@ -424,10 +431,8 @@ impl Config {
     pub fn load(path: &Path) -> Result<Self, Error> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-        let mut config = Self::parse(&text).map_err(|e| match e {
-            Error::Config(m) => Error::Config(format!("{}: {m}", path.display())),
-            other => other,
-        })?;
+        let mut config = file::parse(&text)
+            .map_err(|problem| Error::Config(format!("{}: {problem}", path.display())))?;
         // A relative token file is relative to the config file.
         if let Some(file) = &config.http.auth_token_file {
             if file.is_relative() {
@@ -445,178 +450,18 @@ impl Config {
         Ok(config)
     }
 
-    /// Parses TOML configuration text.
+    /// Parses TOML configuration text. An error names the key and the
+    /// line: ``invalid configuration: line 2, column 1: unknown key
+    /// `limits.timeout`; known keys: …`` ([`Config::load`] puts the file's
+    /// path first).
     ///
     /// ```
     /// let config = quickcell::Config::parse("[limits]\ntimeout_ms = 99999\n").unwrap();
     /// assert_eq!(config.limits.timeout_ms(), 60_000); // clamped
     /// ```
     pub fn parse(text: &str) -> Result<Self, Error> {
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| Error::Config(format!("malformed TOML: {e}")))?;
-        let mut config = Config::default();
-        for (key, value) in &table {
-            match key.as_str() {
-                "limits" => {
-                    let limits = value
-                        .as_table()
-                        .ok_or_else(|| Error::Config("`limits` must be a table".into()))?;
-                    config.limits = parse_limits(limits)?;
-                }
-                "host" => {
-                    let table = value
-                        .as_table()
-                        .ok_or_else(|| Error::Config("`host` must be a table".into()))?;
-                    config.host = parse_host_limits(table)?;
-                }
-                "http" => {
-                    let table = value
-                        .as_table()
-                        .ok_or_else(|| Error::Config("`http` must be a table".into()))?;
-                    config.http = parse_http(table)?;
-                }
-                "tools" => {
-                    config.tools = crate::tools::parse_tools(value).map_err(Error::Config)?;
-                }
-                "workspace" => {
-                    let table = value
-                        .as_table()
-                        .ok_or_else(|| Error::Config("`workspace` must be a table".into()))?;
-                    for (key, value) in table {
-                        match (key.as_str(), value) {
-                            ("root", toml::Value::String(root)) => {
-                                config.workspace_root = Some(PathBuf::from(root));
-                            }
-                            ("root", _) => {
-                                return Err(Error::Config(
-                                    "`workspace.root` must be a string".into(),
-                                ))
-                            }
-                            (other, _) => {
-                                return Err(Error::Config(format!(
-                                    "unknown key `workspace.{other}`; known keys: root"
-                                )))
-                            }
-                        }
-                    }
-                }
-                "mcp" => {
-                    config.mcp_servers = crate::mcp::parse_servers(value).map_err(Error::Config)?;
-                }
-                other => {
-                    return Err(Error::Config(format!(
-                        "unknown configuration key `{other}`; known keys: limits, host, http, tools, workspace, mcp"
-                    )));
-                }
-            }
-        }
-        Ok(config)
+        file::parse(text).map_err(Error::from)
     }
-}
-
-/// A limit key's value as its setter takes it: a positive integer as is,
-/// anything else 0 (the default).
-fn positive(value: &toml::Value) -> u64 {
-    value.as_integer().filter(|n| *n > 0).unwrap_or(0) as u64
-}
-
-fn parse_limits(table: &toml::Table) -> Result<Limits, Error> {
-    const NAMES: &str = "timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel";
-    let mut limits = Limits::default();
-    // `max_search_limit` first, so `search_default_limit` is clamped to it.
-    if let Some(value) = table.get("max_search_limit") {
-        limits = limits.with_max_search_limit(positive(value));
-    }
-    for (name, value) in table {
-        let n = positive(value);
-        limits = match name.as_str() {
-            "max_search_limit" => limits,
-            "timeout_ms" => limits.with_timeout_ms(n),
-            "memory_limit_bytes" => limits.with_memory_limit_bytes(n),
-            "max_output_bytes" => limits.with_max_output_bytes(n),
-            "max_snapshot_bytes" => limits.with_max_snapshot_bytes(n),
-            "max_pending_tool_calls" => limits.with_max_pending_tool_calls(n),
-            "snapshot_ttl_seconds" => limits.with_snapshot_ttl_seconds(n),
-            "search_default_limit" => limits.with_search_default_limit(n),
-            "fuel" => limits.with_fuel(match value {
-                toml::Value::Boolean(false) => Fuel::Unlimited,
-                _ => Fuel::Limited(n),
-            }),
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown key `limits.{other}`; known keys: {NAMES}"
-                )))
-            }
-        };
-    }
-    Ok(limits)
-}
-
-/// Parses the `[host]` table.
-fn parse_host_limits(table: &toml::Table) -> Result<HostLimits, Error> {
-    const NAMES: &str =
-        "max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session";
-    let mut limits = HostLimits::default();
-    // The total first, so the share is clamped to it.
-    if let Some(value) = table.get("max_suspended_runs") {
-        limits = limits.with_max_suspended_runs(positive(value));
-    }
-    for (name, value) in table {
-        limits = match name.as_str() {
-            "max_suspended_runs" => limits,
-            "max_suspended_runs_per_session" => {
-                limits.with_max_suspended_runs_per_session(positive(value))
-            }
-            "max_running_cells_per_session" => {
-                limits.with_max_running_cells_per_session(positive(value))
-            }
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown key `host.{other}`; known keys: {NAMES}"
-                )))
-            }
-        };
-    }
-    Ok(limits)
-}
-
-/// Parses the `[http]` table.
-fn parse_http(table: &toml::Table) -> Result<HttpLimits, Error> {
-    const NAMES: &str = "max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file";
-    let mut http = HttpLimits::default();
-    let strings = |name: &str, value: &toml::Value| -> Result<Vec<String>, Error> {
-        value
-            .as_array()
-            .and_then(|items| {
-                items
-                    .iter()
-                    .map(|item| item.as_str().map(str::to_owned))
-                    .collect::<Option<Vec<_>>>()
-            })
-            .ok_or_else(|| Error::Config(format!("`http.{name}` must be an array of strings")))
-    };
-    for (name, value) in table {
-        http = match name.as_str() {
-            "max_body_bytes" => http.with_max_body_bytes(positive(value)),
-            "max_sessions" => http.with_max_sessions(positive(value)),
-            "session_idle_seconds" => http.with_session_idle_seconds(positive(value)),
-            "allowed_origins" => http.with_allowed_origins(strings(name, value)?),
-            "allowed_hosts" => http.with_allowed_hosts(strings(name, value)?),
-            "auth_token_file" => {
-                let path = value.as_str().ok_or_else(|| {
-                    Error::Config("`http.auth_token_file` must be a string".into())
-                })?;
-                http.with_auth_token_file(Some(PathBuf::from(path)))
-            }
-            other => {
-                return Err(Error::Config(format!(
-                    "unknown key `http.{other}`; known keys: {NAMES}"
-                )))
-            }
-        };
-    }
-    Ok(http)
 }
 
 #[cfg(test)]
@@ -710,6 +555,72 @@ mod tests {
             let e = Config::parse(bad).unwrap_err().to_string();
             assert!(e.contains(needle), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn setters_clamp_and_read_zero_as_the_default() {
+        let l = Limits::default()
+            .with_timeout_ms(5)
+            .with_memory_limit_bytes(u64::MAX)
+            .with_max_output_bytes(0)
+            .with_max_search_limit(3);
+        assert_eq!(l.timeout_ms(), 100);
+        assert_eq!(l.memory_limit_bytes(), 1 << 30);
+        assert_eq!(l.max_output_bytes(), 65_536);
+        assert_eq!(l.max_search_limit(), 3);
+        assert_eq!(l.search_default_limit(), 3);
+        assert_eq!(l.with_search_default_limit(0).search_default_limit(), 3);
+        assert_eq!(
+            Limits::default().with_fuel(Fuel::Limited(0)).fuel(),
+            Fuel::Limited(DEFAULT_FUEL)
+        );
+        let h = HostLimits::default()
+            .with_max_suspended_runs(8)
+            .with_max_suspended_runs_per_session(0)
+            .with_max_running_cells_per_session(1_000);
+        assert_eq!(h.max_suspended_runs(), 8);
+        assert_eq!(h.max_suspended_runs_per_session(), 8);
+        assert_eq!(h.max_running_cells_per_session(), 256);
+        assert_eq!(
+            HostLimits::default().with_max_suspended_runs(0),
+            HostLimits::default()
+        );
+        let http = HttpLimits::default()
+            .with_max_body_bytes(1)
+            .with_max_sessions(0)
+            .with_session_idle_seconds(1 << 40)
+            .with_allowed_hosts(vec!["h".into()])
+            .with_auth_token_file(Some("t".into()));
+        assert_eq!(http.max_body_bytes(), 1 << 10);
+        assert_eq!(http.max_sessions(), 1_024);
+        assert_eq!(http.session_idle_seconds(), 86_400);
+        assert_eq!(http.allowed_hosts(), ["h"]);
+        assert_eq!(http.auth_token_file(), Some(Path::new("t")));
+    }
+
+    #[test]
+    fn load_names_the_file_and_resolves_paths_beside_it() {
+        let dir = std::env::temp_dir().join(format!("quickcell-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("q.toml");
+        std::fs::write(
+            &path,
+            "[http]\nauth_token_file = \"token\"\n[workspace]\nroot = \"w\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.http.auth_token_file(), Some(dir.join("token").as_path()));
+        assert_eq!(c.workspace_root, Some(dir.join("w")));
+        std::fs::write(&path, "[http]\n\nmax = 1\n").unwrap();
+        let e = Config::load(&path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "invalid configuration: {}: line 3, column 1: unknown key `http.max`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file",
+                path.display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
