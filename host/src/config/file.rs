@@ -173,9 +173,11 @@ impl RawHttp {
     }
 }
 
-/// Applies each limit key that is present, in order, with its `with_*`
-/// setter.
-fn apply<T, const N: usize>(limits: T, keys: [(Option<Setting>, fn(T, u64) -> T); N]) -> T {
+/// A limit key's value and the `with_*` setter it goes to.
+type LimitKey<T> = (Option<Setting>, fn(T, u64) -> T);
+
+/// Applies each limit key that is present, in order, with its setter.
+fn apply<T, const N: usize>(limits: T, keys: [LimitKey<T>; N]) -> T {
     keys.into_iter()
         .fold(limits, |limits, (value, setter)| match value {
             Some(value) => setter(limits, value.value()),
