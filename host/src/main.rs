@@ -5,7 +5,7 @@ use quickcell::{
     CellResult, Config, ExecInput, HttpOptions, Owner, Runtime, ServeMode, ToolRegistry, WaitInput,
 };
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Runs model-written JavaScript cells in QuickJS on Wasmtime.
@@ -401,7 +401,7 @@ fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String
     let file = args
         .auth_token_file
         .clone()
-        .or_else(|| config.http.auth_token_file.clone());
+        .or_else(|| config.http.auth_token_file().map(Path::to_path_buf));
     let auth_token = match file {
         Some(file) => Some(HttpOptions::token_from_file(&file)?),
         None => std::env::var("QUICKCELL_AUTH_TOKEN")

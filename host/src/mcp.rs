@@ -129,67 +129,24 @@ impl McpServerConfig {
     }
 }
 
-/// Parses the `[mcp]` table: `[mcp.servers.NAME]` entries in file order.
-pub(crate) fn parse_servers(value: &toml::Value) -> Result<Vec<McpServerConfig>, String> {
-    let mcp = value.as_table().ok_or("`mcp` must be a table")?;
-    let mut out = Vec::new();
-    for (key, value) in mcp {
-        if key != "servers" {
-            return Err(format!("unknown key `mcp.{key}`; known keys: servers"));
-        }
-        let servers = value.as_table().ok_or("`mcp.servers` must be a table")?;
-        for (name, server) in servers {
-            out.push(parse_server(name, server)?);
-        }
-    }
-    Ok(out)
-}
-
-fn parse_server(name: &str, value: &toml::Value) -> Result<McpServerConfig, String> {
+/// The server of one `[mcp.servers.NAME]` table, from its keys as the
+/// configuration parser ([`crate::Config`]) read them; the error names the
+/// key.
+pub(crate) fn server_from_keys(
+    name: &str,
+    command: Option<String>,
+    args: Vec<String>,
+    env: BTreeMap<String, String>,
+    url: Option<String>,
+    timeout_ms: Option<i64>,
+) -> Result<McpServerConfig, String> {
     let at = format!("mcp.servers.{name}");
     if name.trim().is_empty() {
         return Err("an MCP server name must not be empty".into());
     }
-    let table = value
-        .as_table()
-        .ok_or_else(|| format!("`{at}` must be a table"))?;
-    let string = |key: &str| -> Result<Option<String>, String> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(format!("`{at}.{key}` must be a string")),
-        }
-    };
-    for key in table.keys() {
-        if !["command", "args", "env", "url", "timeout_ms"].contains(&key.as_str()) {
-            return Err(format!(
-                "unknown key `{at}.{key}`; known keys: command, args, env, url, timeout_ms"
-            ));
-        }
-    }
-    let command = string("command")?;
-    let url = string("url")?;
-    let args = match table.get("args") {
-        None => Vec::new(),
-        Some(toml::Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| format!("`{at}.args` must be an array of strings"))?,
-        Some(_) => return Err(format!("`{at}.args` must be an array of strings")),
-    };
-    let env = match table.get("env") {
-        None => BTreeMap::new(),
-        Some(toml::Value::Table(t)) => t
-            .iter()
-            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-            .collect::<Option<BTreeMap<_, _>>>()
-            .ok_or_else(|| format!("`{at}.env` values must be strings"))?,
-        Some(_) => return Err(format!("`{at}.env` must be a table of strings")),
-    };
-    let timeout_ms = match table.get("timeout_ms") {
+    let timeout_ms = match timeout_ms {
         None => DEFAULT_MCP_CALL_TIMEOUT_MS,
-        Some(toml::Value::Integer(n)) if *n > 0 => (*n as u64).min(MAX_MCP_CALL_TIMEOUT_MS),
+        Some(n) if n > 0 => (n as u64).min(MAX_MCP_CALL_TIMEOUT_MS),
         Some(_) => return Err(format!("`{at}.timeout_ms` must be a positive integer")),
     };
     let transport = match (command, url) {

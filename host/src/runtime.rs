@@ -293,7 +293,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let Some(_active) = self.runs.start_cell(session) else {
             let error = format!(
                 "too many running code mode cells for this session (at most {} at once). Wait for a running cell to finish, then try again.",
-                self.runs.limits.max_running_cells_per_session
+                self.runs.limits.max_running_cells_per_session()
             );
             return self.with_outage(cell::input_failure(error, self.telemetry()));
         };

@@ -104,7 +104,7 @@ async fn fuel_off_means_unlimited() {
     assert_eq!(value(&r), json!(4999950000u64));
 }
 
-const MIB: i64 = 1 << 20;
+const MIB: u64 = 1 << 20;
 
 #[tokio::test]
 async fn memory_obeyed() {

@@ -169,7 +169,7 @@ async fn instantiate(
         clock_offset_ns,
         deadline_ns,
     );
-    let fuel = match env.limits.fuel {
+    let fuel = match env.limits.fuel() {
         Fuel::Limited(n) => n,
         Fuel::Unlimited => u64::MAX,
     };
@@ -208,8 +208,8 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         Ok(text) => text,
         Err(rejection) => return input_failure(rejection.message(), (env.telemetry)()),
     };
-    let deadline = deadline_after(env.limits.timeout_ms);
-    let max_output = env.limits.max_output_bytes as usize;
+    let deadline = deadline_after(env.limits.timeout_ms());
+    let max_output = env.limits.max_output_bytes() as usize;
     let (mut store, exports, fuel_start) = match instantiate(env, max_output, 0, deadline).await {
         Ok(x) => x,
         Err(failure) => return failure,
@@ -218,7 +218,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
     // for every seed; the catalog's members are built once per runtime.
     let options = format!(
         r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
-        env.limits.memory_limit_bytes,
+        env.limits.memory_limit_bytes(),
         rand_seed(),
         env.tools.start_options,
     );
@@ -230,7 +230,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         exports,
         bridge: Bridge::new(
             env.tools.clone(),
-            env.limits.max_pending_tool_calls as usize,
+            env.limits.max_pending_tool_calls() as usize,
             input.restart_safe,
         )
         .with_reply_inbox(env.limits.reply_inbox_bytes())
@@ -271,7 +271,7 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
     let now = unix_ms();
     // A claim outlives this call's deadline by the hard-stop grace, so a
     // `wait` that is still running is never mistaken for an abandoned one.
-    let claim_until = now + env.limits.timeout_ms + CLAIM_GRACE_MS;
+    let claim_until = now + env.limits.timeout_ms() + CLAIM_GRACE_MS;
     let claimed = match env
         .runs
         .store
@@ -337,7 +337,7 @@ impl LiveCell {
             .data()
             .deadline_ns
             .saturating_sub(process_nanos());
-        let margin = resume_margin(env.limits.timeout_ms);
+        let margin = resume_margin(env.limits.timeout_ms());
         Instant::now() + Duration::from_nanos(left_ns).saturating_sub(margin)
     }
 }

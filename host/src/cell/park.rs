@@ -85,7 +85,7 @@ impl LiveCell {
             stack_pointer,
             host_state: &host_json,
             guest_hash: crate::engine::guest_hash(),
-            max_payload_bytes: env.limits.max_snapshot_bytes as usize,
+            max_payload_bytes: env.limits.max_snapshot_bytes() as usize,
         });
         let checkpointed = Instant::now();
         stats::CHECKPOINT_NANOS.store(
@@ -120,7 +120,7 @@ impl LiveCell {
                     .await;
             }
         };
-        let ttl_ms = env.limits.snapshot_ttl_seconds.saturating_mul(1000);
+        let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
         let expires_at_ms = parked_unix_ms.saturating_add(ttl_ms);
         let parked = ParkedRun {
             run_id: run_id.clone(),

@@ -47,7 +47,7 @@ pub(super) async fn restore(
     let parked_ns = unix_ms().saturating_sub(host.parked_unix_ms) * 1_000_000;
     let target = host.guest_clock_ns.saturating_add(parked_ns);
     let clock_offset = target.saturating_sub(process_nanos());
-    let deadline = deadline_after(env.limits.timeout_ms);
+    let deadline = deadline_after(env.limits.timeout_ms());
     let output_cap = host
         .max_output_bytes
         .saturating_sub(host.delivered_output_bytes);
@@ -105,7 +105,7 @@ pub(super) async fn restore(
                 .collect();
             Bridge::restore(
                 env.tools.clone(),
-                env.limits.max_pending_tool_calls as usize,
+                env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
                 recorded,

@@ -67,7 +67,7 @@ impl SlotRefused {
             Self::Full => "too many suspended code mode runs.".to_string(),
             Self::SessionShare => format!(
                 "too many suspended code mode runs for this session ({} of {} slots). Wait or finish parked runs of this session first.",
-                limits.max_suspended_runs_per_session, limits.max_suspended_runs
+                limits.max_suspended_runs_per_session(), limits.max_suspended_runs()
             ),
         }
     }
@@ -152,7 +152,7 @@ impl RunRegistry {
         acquire(
             &self.active_by_session,
             session,
-            self.limits.max_running_cells_per_session,
+            self.limits.max_running_cells_per_session(),
         )
         .then(|| ActiveCell {
             registry: self.clone(),
@@ -185,7 +185,7 @@ impl RunRegistry {
             self.live().remove(&expired);
         }
         let stored = self.store.count_runs().await?;
-        if (held + stored) as u64 >= self.limits.max_suspended_runs {
+        if (held + stored) as u64 >= self.limits.max_suspended_runs() {
             return Ok(Err(SlotRefused::Full));
         }
         let session_held = self
@@ -197,7 +197,7 @@ impl RunRegistry {
             .unwrap_or(1)
             - 1;
         let session_stored = self.store.count_session_runs(session).await?;
-        if (session_held + session_stored) as u64 >= self.limits.max_suspended_runs_per_session {
+        if (session_held + session_stored) as u64 >= self.limits.max_suspended_runs_per_session() {
             return Ok(Err(SlotRefused::SessionShare));
         }
         Ok(Ok(guard))

@@ -171,10 +171,10 @@ pub(crate) async fn serve_http<S: CellService>(
     let limits = options.limits.clone();
     let sessionless = new_session_id();
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(Duration::from_secs(limits.session_idle_seconds));
+    sessions.session_config.keep_alive = Some(Duration::from_secs(limits.session_idle_seconds()));
     let sessions = Arc::new(sessions);
     let mut config = StreamableHttpServerConfig::default()
-        .with_max_request_body_bytes(limits.max_body_bytes as usize);
+        .with_max_request_body_bytes(limits.max_body_bytes() as usize);
     // rmcp checks `Host` again (it accepts loopback names only, unless told
     // more); the guard has already refused everything else.
     let ip = addr.ip();
@@ -183,7 +183,7 @@ pub(crate) async fn serve_http<S: CellService>(
     }
     config
         .allowed_hosts
-        .extend(limits.allowed_hosts.iter().cloned());
+        .extend(limits.allowed_hosts().iter().cloned());
     if ip.is_unspecified() {
         // Bound to every interface: the guard decides which names pass.
         config.allowed_hosts.clear();
@@ -286,7 +286,7 @@ impl Guard {
         };
         is_loopback_name(name)
             || name.eq_ignore_ascii_case(&bound)
-            || self.limits.allowed_hosts.iter().any(|allowed| {
+            || self.limits.allowed_hosts().iter().any(|allowed| {
                 allowed.eq_ignore_ascii_case(host) || allowed.eq_ignore_ascii_case(name)
             })
     }
@@ -302,7 +302,7 @@ impl Guard {
         };
         if self
             .limits
-            .allowed_origins
+            .allowed_origins()
             .iter()
             .any(|allowed| allowed.eq_ignore_ascii_case(origin))
         {
@@ -383,8 +383,8 @@ async fn guard(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > guard.limits.max_body_bytes) {
-        return body_too_large(guard.limits.max_body_bytes, "declared by Content-Length");
+    if declared.is_some_and(|len| len > guard.limits.max_body_bytes()) {
+        return body_too_large(guard.limits.max_body_bytes(), "declared by Content-Length");
     }
     let new_session =
         request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
@@ -394,14 +394,14 @@ async fn guard(
         let opening = guard.opening.fetch_add(1, Ordering::AcqRel);
         let _opening = Opening(&guard.opening);
         let open = guard.sessions.sessions.read().await.len();
-        if (open + opening) as u64 >= guard.limits.max_sessions {
+        if (open + opening) as u64 >= guard.limits.max_sessions() {
             return json_rpc_error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 Value::Null,
                 ErrorCode::INTERNAL_ERROR,
                 format!(
                     "Too many open MCP sessions ({open}; at most {}). Close an unused session or try again later; open sessions are unaffected.",
-                    guard.limits.max_sessions
+                    guard.limits.max_sessions()
                 ),
             );
         }
@@ -451,7 +451,7 @@ async fn reject_malformed_json_rpc(
     if request.method() != Method::POST {
         return next.run(request).await;
     }
-    let max = guard.limits.max_body_bytes;
+    let max = guard.limits.max_body_bytes();
     let (parts, body) = request.into_parts();
     // A client that declares a body and never sends it does not hold the
     // connection (and its buffer) for ever.

@@ -57,7 +57,7 @@
 
 use super::{CancelSignal, Tool, ToolError};
 use async_trait::async_trait;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::ffi::OsString;
 use std::io;
 use std::process::{ExitStatus, Stdio};
@@ -97,24 +97,13 @@ const MAX_NAME_CHARS: usize = 64;
 /// How much of invalid stdout is quoted in the error message.
 const STDOUT_PREVIEW_BYTES: usize = 200;
 
-/// The keys of a `[[tools]]` entry.
-const KEYS: [&str; 7] = [
-    "name",
-    "description",
-    "input_schema",
-    "output_schema",
-    "command",
-    "replay_safe",
-    "timeout_ms",
-];
-
 /// A command tool's declaration: one `[[tools]]` entry.
 ///
-/// Deserializes (through [`toml::Value`], with [`from_toml`](Self::from_toml)'s
-/// checks and messages) from any self-describing format, so a serde-derived
-/// configuration struct can hold `tools: Vec<CommandToolConfig>`.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(try_from = "toml::Value")]
+/// The configuration parser ([`crate::Config`]) reads it from the file.
+/// It also deserializes, with the same checks and messages, from any
+/// self-describing format, so a serde-derived configuration struct can
+/// hold `tools: Vec<CommandToolConfig>`.
+#[derive(Debug, Clone, PartialEq)]
 pub struct CommandToolConfig {
     /// Exact tool name.
     pub name: String,
@@ -157,7 +146,8 @@ impl CommandToolConfig {
         Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_COMMAND_TIMEOUT_MS))
     }
 
-    /// Checks the invariants [`parse_tools`] enforces; the error names the
+    /// Checks the invariants of a declaration (the configuration parser
+    /// and [`CommandTool::new`] enforce them); the error names the
     /// offending key.
     pub fn validate(&self) -> Result<(), String> {
         let n = self.name.chars().count();
@@ -198,144 +188,6 @@ impl CommandToolConfig {
         }
         Ok(())
     }
-
-    /// Parses one `[[tools]]` table. Errors name the key.
-    pub fn from_toml(entry: &toml::Value) -> Result<Self, String> {
-        let table = entry
-            .as_table()
-            .ok_or_else(|| "must be a table".to_owned())?;
-        if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "unknown key `{key}` (expected one of {})",
-                KEYS.join(", ")
-            ));
-        }
-        let string = |key: &str| -> Result<String, String> {
-            match table.get(key) {
-                Some(toml::Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(format!("`{key}`: must be a string")),
-                None => Err(format!("missing key `{key}`")),
-            }
-        };
-        let schema = |key: &str| -> Result<Option<Value>, String> {
-            let value = match table.get(key) {
-                None => return Ok(None),
-                Some(toml::Value::String(text)) => serde_json::from_str::<Value>(text)
-                    .map_err(|e| format!("`{key}`: invalid JSON: {e}"))?,
-                Some(v @ toml::Value::Table(_)) => {
-                    toml_to_json(v).map_err(|e| format!("`{key}`{e}"))?
-                }
-                Some(_) => {
-                    return Err(format!(
-                        "`{key}`: must be a table or a string holding a JSON object"
-                    ))
-                }
-            };
-            if !value.is_object() {
-                return Err(format!("`{key}`: must be a JSON object"));
-            }
-            Ok(Some(value))
-        };
-        let command = match table.get("command") {
-            Some(toml::Value::Array(items)) => items
-                .iter()
-                .map(|v| v.as_str().map(str::to_owned))
-                .collect::<Option<Vec<_>>>()
-                .ok_or_else(|| "`command`: must be an array of strings".to_owned())?,
-            Some(_) => return Err("`command`: must be an array of strings".into()),
-            None => return Err("missing key `command`".into()),
-        };
-        let replay_safe = match table.get("replay_safe") {
-            None => false,
-            Some(toml::Value::Boolean(b)) => *b,
-            Some(_) => return Err("`replay_safe`: must be a boolean".into()),
-        };
-        let timeout_ms = match table.get("timeout_ms") {
-            None => None,
-            Some(toml::Value::Integer(i)) if *i >= 1 => Some(*i as u64),
-            Some(_) => {
-                return Err(format!(
-                    "`timeout_ms`: must be an integer from 1 to {MAX_COMMAND_TIMEOUT_MS}"
-                ))
-            }
-        };
-        let config = Self {
-            name: string("name")?,
-            description: string("description")?,
-            input_schema: schema("input_schema")?
-                .ok_or_else(|| "missing key `input_schema`".to_owned())?,
-            output_schema: schema("output_schema")?,
-            command,
-            replay_safe,
-            timeout_ms,
-        };
-        config.validate()?;
-        Ok(config)
-    }
-}
-
-impl TryFrom<toml::Value> for CommandToolConfig {
-    type Error = String;
-
-    fn try_from(value: toml::Value) -> Result<Self, String> {
-        Self::from_toml(&value)
-    }
-}
-
-/// Parses the value of the configuration's top-level `tools` key (the
-/// array of `[[tools]]` tables) into validated declarations.
-///
-/// Errors name the entry and key, e.g. ``tools[1]: unknown key `cmd` ``
-/// (indices are 0-based, in file order); two entries with the same name
-/// are an error too.
-pub fn parse_tools(value: &toml::Value) -> Result<Vec<CommandToolConfig>, String> {
-    let items = value
-        .as_array()
-        .ok_or_else(|| "`tools`: must be an array of tables ([[tools]])".to_owned())?;
-    let mut out: Vec<CommandToolConfig> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let config = CommandToolConfig::from_toml(item).map_err(|e| format!("tools[{i}]: {e}"))?;
-        if let Some(j) = out.iter().position(|c| c.name == config.name) {
-            return Err(format!(
-                "tools[{i}]: `name`: {:?} is already used by tools[{j}]",
-                config.name
-            ));
-        }
-        out.push(config);
-    }
-    Ok(out)
-}
-
-/// Converts a TOML value to JSON; the error is a suffix to the key name
-/// (a nested path, then the reason).
-fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
-    Ok(match v {
-        toml::Value::String(s) => Value::String(s.clone()),
-        toml::Value::Integer(i) => Value::from(*i),
-        toml::Value::Float(f) => serde_json::Number::from_f64(*f)
-            .map(Value::Number)
-            .ok_or_else(|| format!(": the float {f} has no JSON form"))?,
-        toml::Value::Boolean(b) => Value::Bool(*b),
-        toml::Value::Datetime(d) => {
-            return Err(format!(
-                ": the datetime {d} has no JSON form; quote it as a string"
-            ))
-        }
-        toml::Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| toml_to_json(v).map_err(|e| format!("[{i}]{e}")))
-                .collect::<Result<_, _>>()?,
-        ),
-        toml::Value::Table(t) => {
-            let mut map = Map::with_capacity(t.len());
-            for (k, v) in t {
-                map.insert(k.clone(), toml_to_json(v).map_err(|e| format!(".{k}{e}"))?);
-            }
-            Value::Object(map)
-        }
-    })
 }
 
 /// Builds a [`CommandTool`] for each declaration, in order.
@@ -1002,59 +854,6 @@ mod tests {
         assert!(Tail::default().suffix().is_empty());
     }
 
-    fn parse(text: &str) -> Result<Vec<CommandToolConfig>, String> {
-        let doc: toml::Table = text.parse().unwrap();
-        parse_tools(doc.get("tools").expect("tools key"))
-    }
-
-    #[test]
-    fn parses_tool_entries() {
-        let tools = parse(
-            r#"
-            [[tools]]
-            name = "weather"
-            description = "Weather."
-            input_schema = { type = "object", properties = { city = { type = "string" }, days = { type = "integer", maximum = 7 } }, required = ["city"] }
-            command = ["weather", "--json"]
-            replay_safe = true
-            timeout_ms = 5000
-
-            [[tools]]
-            name = "json-schema"
-            description = ""
-            input_schema = '{"type": "object", "properties": {"x": {"type": "number", "minimum": 0.5}}}'
-            output_schema = { type = "array" }
-            command = ["/bin/x"]
-            "#,
-        )
-        .unwrap();
-        assert_eq!(tools.len(), 2);
-        let w = &tools[0];
-        assert_eq!(w.name, "weather");
-        assert_eq!(w.command, ["weather", "--json"]);
-        assert!(w.replay_safe);
-        assert_eq!(w.timeout(), Duration::from_millis(5000));
-        assert_eq!(
-            w.input_schema,
-            json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}}, "required": ["city"]})
-        );
-        assert_eq!(w.output_schema, None);
-        let j = &tools[1];
-        assert!(!j.replay_safe);
-        assert_eq!(j.timeout_ms, None);
-        assert_eq!(
-            j.timeout(),
-            Duration::from_millis(DEFAULT_COMMAND_TIMEOUT_MS)
-        );
-        assert_eq!(j.input_schema["properties"]["x"]["minimum"], json!(0.5));
-        assert_eq!(j.output_schema, Some(json!({"type": "array"})));
-        let built = command_tools(tools).unwrap();
-        assert_eq!(built[0].name(), "weather");
-        assert!(built[0].replay_safe());
-        assert_eq!(built[1].output_schema(), Some(json!({"type": "array"})));
-        assert_eq!(parse("tools = []").unwrap(), vec![]);
-    }
-
     #[test]
     fn deserializes_inside_a_serde_config() {
         #[derive(serde::Deserialize)]
@@ -1073,99 +872,5 @@ mod tests {
         .err()
         .unwrap();
         assert!(e.to_string().contains("unknown key `foo`"), "{e}");
-    }
-
-    #[test]
-    fn tool_entry_errors_name_index_and_key() {
-        let base = r#"name = "t"
-            description = "d"
-            input_schema = { type = "object" }
-            command = ["x"]"#;
-        let entry = |extra: &str| format!("[[tools]]\n{base}\n\n[[tools]]\n{base}\n{extra}");
-        let cases: &[(&str, &str)] = &[
-            ("cmd = 1", "tools[1]: unknown key `cmd`"),
-            (
-                "timeout_ms = 0",
-                "tools[1]: `timeout_ms`: must be an integer from 1 to 600000",
-            ),
-            (
-                "timeout_ms = 600001",
-                "tools[1]: `timeout_ms`: must be an integer from 1 to 600000, got 600001",
-            ),
-            ("timeout_ms = \"5\"", "tools[1]: `timeout_ms`"),
-            (
-                "replay_safe = \"yes\"",
-                "tools[1]: `replay_safe`: must be a boolean",
-            ),
-            (
-                "output_schema = [1]",
-                "tools[1]: `output_schema`: must be a table",
-            ),
-            (
-                "output_schema = '[1]'",
-                "tools[1]: `output_schema`: must be a JSON object",
-            ),
-            (
-                "output_schema = '{'",
-                "tools[1]: `output_schema`: invalid JSON",
-            ),
-            (
-                "output_schema = { a = { b = 1979-05-27 } }",
-                "tools[1]: `output_schema`.a.b: the datetime",
-            ),
-            (
-                "output_schema = { a = [1, nan] }",
-                "tools[1]: `output_schema`.a[1]: the float NaN",
-            ),
-        ];
-        for (extra, want) in cases {
-            // Renaming avoids the duplicate-name error for the second entry.
-            let text = entry(extra).replacen("name = \"t\"", "name = \"u\"", 1);
-            let err = parse(&text).unwrap_err();
-            assert!(err.starts_with(want), "{extra}: got {err:?}, want {want:?}");
-        }
-        let err = parse(&entry("")).unwrap_err();
-        assert_eq!(err, "tools[1]: `name`: \"t\" is already used by tools[0]");
-
-        let single = |body: &str| parse(&format!("[[tools]]\n{body}")).unwrap_err();
-        assert_eq!(
-            single("description = \"d\"\ninput_schema = {}\ncommand = [\"x\"]"),
-            "tools[0]: missing key `name`"
-        );
-        assert!(
-            single("name = \"t\"\ndescription = \"d\"\ncommand = [\"x\"]")
-                .contains("missing key `input_schema`")
-        );
-        assert!(
-            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}")
-                .contains("missing key `command`")
-        );
-        assert!(
-            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = []")
-                .contains("`command`: must be a non-empty array")
-        );
-        assert!(
-            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"\"]")
-                .contains("`command`: the program")
-        );
-        assert!(
-            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [1]")
-                .contains("`command`: must be an array of strings")
-        );
-        assert!(single(
-            "name = \"a b\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]"
-        )
-        .starts_with("tools[0]: `name`: must be 1-64 characters"));
-        assert!(
-            single("name = \"t\"\ndescription = 5\ninput_schema = {}\ncommand = [\"x\"]")
-                .contains("`description`: must be a string")
-        );
-        assert!(parse("tools = 3")
-            .unwrap_err()
-            .contains("must be an array of tables"));
-        assert_eq!(
-            parse("tools = [1]").unwrap_err(),
-            "tools[0]: must be a table"
-        );
     }
 }

@@ -18,10 +18,11 @@
 //!
 //! # Command tools ([`command`])
 //!
-//! Declared as `[[tools]]` entries in the configuration and parsed by
-//! [`parse_tools`]. Secure defaults: no shell (the `command` argv is
-//! executed directly), an empty environment except `PATH`, stdin carries the
-//! JSON arguments, stdout must hold exactly one JSON value. Caps:
+//! Declared as `[[tools]]` entries in the configuration, which
+//! [`crate::Config`] reads into [`CommandToolConfig`]s. Secure defaults: no
+//! shell (the `command` argv is executed directly), an empty environment
+//! except `PATH`, stdin carries the JSON arguments, stdout must hold
+//! exactly one JSON value. Caps:
 //!
 //! | cap | default |
 //! | --- | --- |
@@ -62,9 +63,8 @@ use serde_json::Value;
 pub use async_trait::async_trait;
 
 pub use command::{
-    command_tools, parse_tools, CommandTool, CommandToolConfig, COMMAND_STDERR_TAIL_BYTES,
-    DEFAULT_COMMAND_PATH, DEFAULT_COMMAND_TIMEOUT_MS, MAX_COMMAND_STDOUT_BYTES,
-    MAX_COMMAND_TIMEOUT_MS,
+    command_tools, CommandTool, CommandToolConfig, COMMAND_STDERR_TAIL_BYTES, DEFAULT_COMMAND_PATH,
+    DEFAULT_COMMAND_TIMEOUT_MS, MAX_COMMAND_STDOUT_BYTES, MAX_COMMAND_TIMEOUT_MS,
 };
 pub use error::{ToolError, ToolErrorCode};
 pub use registry::{ToolSet, ToolSetError};

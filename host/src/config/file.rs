@@ -1,0 +1,763 @@
+//! The configuration file's one parser: serde structs that mirror its
+//! tables, read with `toml`, then turned into [`Config`]'s public types.
+//!
+//! Every table is a `Raw*` struct with `#[serde(deny_unknown_fields)]`, so
+//! an unknown key anywhere is an error; a wrong type is serde's error too.
+//! Both are located by [`Problem`]. What serde cannot check (duplicate tool
+//! names, a `[[tools]]` entry's invariants in
+//! [`CommandToolConfig::validate`], an MCP server's transport in
+//! [`crate::mcp::server_from_keys`]) is checked here after deserializing and
+//! reported at the entry's table.
+//!
+//! | table | raw struct | public type |
+//! | --- | --- | --- |
+//! | the file | `RawConfig` | [`Config`] |
+//! | `[limits]` | `RawLimits` | [`Limits`] |
+//! | `[host]` | `RawHost` | [`HostLimits`] |
+//! | `[http]` | `RawHttp` | [`HttpLimits`] |
+//! | `[[tools]]` | `RawTool` | [`CommandToolConfig`] |
+//! | `[workspace]` | `RawWorkspace` | [`Config::workspace_root`] |
+//! | `[mcp]`, `[mcp.servers.NAME]` | `RawMcp`, `RawServer` | [`McpServerConfig`] |
+//!
+//! A limit key (`[limits]`, `[host]`, the numbers of `[http]`) takes any
+//! value ([`Setting`]): the contract's rule makes a non-integer or
+//! non-positive value the default, not an error.
+
+use super::problem::Problem;
+use super::{Config, Fuel, HostLimits, HttpLimits, Limits};
+use crate::mcp::McpServerConfig;
+use crate::tools::{CommandToolConfig, MAX_COMMAND_TIMEOUT_MS};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use toml::Spanned;
+
+/// Parses configuration text.
+pub(super) fn parse(text: &str) -> Result<Config, Problem> {
+    let document = toml::de::Deserializer::parse(text).map_err(|e| Problem::malformed(text, &e))?;
+    let raw = RawConfig::deserialize(document).map_err(|e| Problem::from_serde(Some(text), &e))?;
+    Ok(Config {
+        limits: raw.limits.map_or_else(Limits::default, RawLimits::limits),
+        host: raw.host.map_or_else(HostLimits::default, RawHost::limits),
+        http: raw.http.map_or_else(HttpLimits::default, RawHttp::limits),
+        tools: match raw.tools {
+            Some(Tools(entries)) => tools(text, entries)?,
+            None => Vec::new(),
+        },
+        workspace_root: raw.workspace.and_then(|w| w.root).map(PathBuf::from),
+        mcp_servers: match raw.mcp.and_then(|mcp| mcp.servers) {
+            Some(servers) => mcp_servers(text, servers)?,
+            None => Vec::new(),
+        },
+    })
+}
+
+/// The file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawConfig {
+    limits: Option<RawLimits>,
+    host: Option<RawHost>,
+    http: Option<RawHttp>,
+    tools: Option<Tools>,
+    workspace: Option<RawWorkspace>,
+    mcp: Option<RawMcp>,
+}
+
+/// `[limits]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawLimits {
+    timeout_ms: Option<Setting>,
+    memory_limit_bytes: Option<Setting>,
+    max_output_bytes: Option<Setting>,
+    max_snapshot_bytes: Option<Setting>,
+    max_pending_tool_calls: Option<Setting>,
+    snapshot_ttl_seconds: Option<Setting>,
+    search_default_limit: Option<Setting>,
+    max_search_limit: Option<Setting>,
+    fuel: Option<Setting>,
+}
+
+impl RawLimits {
+    fn limits(self) -> Limits {
+        let limits = apply(
+            Limits::default(),
+            [
+                // First, so `search_default_limit` is clamped to it.
+                (self.max_search_limit, Limits::with_max_search_limit),
+                (self.timeout_ms, Limits::with_timeout_ms),
+                (self.memory_limit_bytes, Limits::with_memory_limit_bytes),
+                (self.max_output_bytes, Limits::with_max_output_bytes),
+                (self.max_snapshot_bytes, Limits::with_max_snapshot_bytes),
+                (
+                    self.max_pending_tool_calls,
+                    Limits::with_max_pending_tool_calls,
+                ),
+                (self.snapshot_ttl_seconds, Limits::with_snapshot_ttl_seconds),
+                (self.search_default_limit, Limits::with_search_default_limit),
+            ],
+        );
+        match self.fuel {
+            None => limits,
+            Some(Setting::False) => limits.with_fuel(Fuel::Unlimited),
+            Some(fuel) => limits.with_fuel(Fuel::Limited(fuel.value())),
+        }
+    }
+}
+
+/// `[host]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawHost {
+    max_suspended_runs: Option<Setting>,
+    max_suspended_runs_per_session: Option<Setting>,
+    max_running_cells_per_session: Option<Setting>,
+}
+
+impl RawHost {
+    fn limits(self) -> HostLimits {
+        apply(
+            HostLimits::default(),
+            [
+                // First, so the share is clamped to it.
+                (self.max_suspended_runs, HostLimits::with_max_suspended_runs),
+                (
+                    self.max_suspended_runs_per_session,
+                    HostLimits::with_max_suspended_runs_per_session,
+                ),
+                (
+                    self.max_running_cells_per_session,
+                    HostLimits::with_max_running_cells_per_session,
+                ),
+            ],
+        )
+    }
+}
+
+/// `[http]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawHttp {
+    max_body_bytes: Option<Setting>,
+    max_sessions: Option<Setting>,
+    session_idle_seconds: Option<Setting>,
+    allowed_origins: Option<Strings>,
+    allowed_hosts: Option<Strings>,
+    auth_token_file: Option<String>,
+}
+
+impl RawHttp {
+    fn limits(self) -> HttpLimits {
+        let mut http = apply(
+            HttpLimits::default(),
+            [
+                (self.max_body_bytes, HttpLimits::with_max_body_bytes),
+                (self.max_sessions, HttpLimits::with_max_sessions),
+                (
+                    self.session_idle_seconds,
+                    HttpLimits::with_session_idle_seconds,
+                ),
+            ],
+        );
+        if let Some(Strings(origins)) = self.allowed_origins {
+            http = http.with_allowed_origins(origins);
+        }
+        if let Some(Strings(hosts)) = self.allowed_hosts {
+            http = http.with_allowed_hosts(hosts);
+        }
+        http.with_auth_token_file(self.auth_token_file.map(PathBuf::from))
+    }
+}
+
+/// A limit key's value and the `with_*` setter it goes to.
+type LimitKey<T> = (Option<Setting>, fn(T, u64) -> T);
+
+/// Applies each limit key that is present, in order, with its setter.
+fn apply<T, const N: usize>(limits: T, keys: [LimitKey<T>; N]) -> T {
+    keys.into_iter()
+        .fold(limits, |limits, (value, setter)| match value {
+            Some(value) => setter(limits, value.value()),
+            None => limits,
+        })
+}
+
+/// `[workspace]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawWorkspace {
+    /// The directory of the built-in read-only tools.
+    root: Option<String>,
+}
+
+/// One `[[tools]]` entry (the keys are documented in
+/// [`crate::tools::command`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawTool {
+    name: String,
+    description: String,
+    /// A table, or a string holding a JSON object.
+    input_schema: toml::Value,
+    /// Like `input_schema`.
+    output_schema: Option<toml::Value>,
+    command: Strings,
+    replay_safe: Option<bool>,
+    timeout_ms: Option<Integer>,
+}
+
+impl RawTool {
+    /// The declaration, checked; the error names the key.
+    fn tool(self) -> Result<CommandToolConfig, String> {
+        let timeout_ms = match self.timeout_ms {
+            None => None,
+            Some(Integer(n)) if n >= 1 => Some(n as u64),
+            Some(_) => {
+                return Err(format!(
+                    "`timeout_ms`: must be an integer from 1 to {MAX_COMMAND_TIMEOUT_MS}"
+                ))
+            }
+        };
+        let config = CommandToolConfig {
+            name: self.name,
+            description: self.description,
+            input_schema: schema("input_schema", self.input_schema)?,
+            output_schema: self
+                .output_schema
+                .map(|value| schema("output_schema", value))
+                .transpose()?,
+            command: self.command.0,
+            replay_safe: self.replay_safe.unwrap_or(false),
+            timeout_ms,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// The `[[tools]]` entries, checked, in file order; two entries with the
+/// same name are an error.
+fn tools(text: &str, entries: Vec<Spanned<RawTool>>) -> Result<Vec<CommandToolConfig>, Problem> {
+    let mut out: Vec<CommandToolConfig> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let span = entry.span();
+        let problem =
+            |message: String| Problem::at(text, span.clone(), format!("tools[{i}]: {message}"));
+        let tool = entry.into_inner().tool().map_err(problem)?;
+        if let Some(j) = out.iter().position(|t| t.name == tool.name) {
+            return Err(problem(format!(
+                "`name`: {:?} is already used by tools[{j}]",
+                tool.name
+            )));
+        }
+        out.push(tool);
+    }
+    Ok(out)
+}
+
+/// A `[[tools]]` entry inside any serde-based configuration, with the same
+/// keys, checks and messages as in the configuration file. Read on its own,
+/// the entry is written out as a TOML document of its own and parsed like
+/// a file, so that a problem names its key; the line would be that
+/// document's, so it is left out.
+impl<'de> Deserialize<'de> for CommandToolConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let entry = toml::Value::deserialize(deserializer)?;
+        let toml::Value::Table(entry) = entry else {
+            return Err(de::Error::custom("must be a table"));
+        };
+        let text = toml::to_string(&entry).map_err(de::Error::custom)?;
+        let raw = toml::from_str::<RawTool>(&text)
+            .map_err(|e| de::Error::custom(Problem::from_serde(Some(&text), &e).message()))?;
+        raw.tool().map_err(de::Error::custom)
+    }
+}
+
+/// A schema key's JSON object: a table, or a string holding a JSON object.
+fn schema(key: &str, value: toml::Value) -> Result<Value, String> {
+    let value = match value {
+        toml::Value::String(text) => serde_json::from_str::<Value>(&text)
+            .map_err(|e| format!("`{key}`: invalid JSON: {e}"))?,
+        table @ toml::Value::Table(_) => toml_to_json(&table).map_err(|e| format!("`{key}`{e}"))?,
+        _ => {
+            return Err(format!(
+                "`{key}`: must be a table or a string holding a JSON object"
+            ))
+        }
+    };
+    if !value.is_object() {
+        return Err(format!("`{key}`: must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// Converts a TOML value to JSON; the error is a suffix to the key name
+/// (a nested path, then the reason).
+fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
+    Ok(match v {
+        toml::Value::String(s) => Value::String(s.clone()),
+        toml::Value::Integer(i) => Value::from(*i),
+        toml::Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .ok_or_else(|| format!(": the float {f} has no JSON form"))?,
+        toml::Value::Boolean(b) => Value::Bool(*b),
+        toml::Value::Datetime(d) => {
+            return Err(format!(
+                ": the datetime {d} has no JSON form; quote it as a string"
+            ))
+        }
+        toml::Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| toml_to_json(v).map_err(|e| format!("[{i}]{e}")))
+                .collect::<Result<_, _>>()?,
+        ),
+        toml::Value::Table(t) => {
+            let mut map = Map::with_capacity(t.len());
+            for (k, v) in t {
+                map.insert(k.clone(), toml_to_json(v).map_err(|e| format!(".{k}{e}"))?);
+            }
+            Value::Object(map)
+        }
+    })
+}
+
+/// `[mcp]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawMcp {
+    servers: Option<BTreeMap<String, Spanned<RawServer>>>,
+}
+
+/// One `[mcp.servers.NAME]` table (the keys are documented in
+/// [`crate::mcp`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawServer {
+    command: Option<String>,
+    args: Option<Strings>,
+    env: Option<BTreeMap<String, String>>,
+    url: Option<String>,
+    timeout_ms: Option<Integer>,
+}
+
+/// The `[mcp.servers.NAME]` entries, in name order.
+fn mcp_servers(
+    text: &str,
+    servers: BTreeMap<String, Spanned<RawServer>>,
+) -> Result<Vec<McpServerConfig>, Problem> {
+    servers
+        .into_iter()
+        .map(|(name, server)| {
+            let span = server.span();
+            let server = server.into_inner();
+            crate::mcp::server_from_keys(
+                &name,
+                server.command,
+                server.args.map(|args| args.0).unwrap_or_default(),
+                server.env.unwrap_or_default(),
+                server.url,
+                server.timeout_ms.map(|t| t.0),
+            )
+            .map_err(|message| Problem::at(text, span, message))
+        })
+        .collect()
+}
+
+/// TOML integers are 64-bit: a larger one is an error, as the TOML
+/// specification asks.
+const TOO_LARGE: &str = "the integer does not fit in 64 bits";
+
+/// A limit key's value as written: any value is accepted, and only a
+/// positive integer counts (the contract's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    Integer(i64),
+    /// `false` (`fuel = false` is unlimited fuel).
+    False,
+    /// Any other value: the default.
+    Other,
+}
+
+impl Setting {
+    /// What the key's `with_*` setter takes: a positive integer as it is,
+    /// anything else 0, which the setters read as the default.
+    fn value(self) -> u64 {
+        match self {
+            Setting::Integer(n) if n > 0 => n as u64,
+            _ => 0,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Setting {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Setting;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Setting, E> {
+                Ok(Setting::Integer(n))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Setting, E> {
+                i64::try_from(n)
+                    .map(Setting::Integer)
+                    .map_err(|_| E::custom(TOO_LARGE))
+            }
+            fn visit_i128<E: de::Error>(self, _: i128) -> Result<Setting, E> {
+                Err(E::custom(TOO_LARGE))
+            }
+            fn visit_u128<E: de::Error>(self, _: u128) -> Result<Setting, E> {
+                Err(E::custom(TOO_LARGE))
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<Setting, E> {
+                Ok(if b { Setting::Other } else { Setting::False })
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Setting, E> {
+                Ok(Setting::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Setting, E> {
+                Ok(Setting::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Setting, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Setting::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Setting, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Setting::Other)
+            }
+        }
+        deserializer.deserialize_any(Any)
+    }
+}
+
+/// An integer (a timeout of a tool or server; the range is checked where
+/// it is used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Integer(i64);
+
+impl<'de> Deserialize<'de> for Integer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Int;
+        impl<'de> Visitor<'de> for Int {
+            type Value = Integer;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an integer")
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Integer, E> {
+                Ok(Integer(n))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Integer, E> {
+                i64::try_from(n)
+                    .map(Integer)
+                    .map_err(|_| E::custom(TOO_LARGE))
+            }
+            fn visit_i128<E: de::Error>(self, _: i128) -> Result<Integer, E> {
+                Err(E::custom(TOO_LARGE))
+            }
+            fn visit_u128<E: de::Error>(self, _: u128) -> Result<Integer, E> {
+                Err(E::custom(TOO_LARGE))
+            }
+        }
+        deserializer.deserialize_i64(Int)
+    }
+}
+
+/// An array of strings; an element of another type fails the whole array,
+/// so the message names the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Strings(Vec<String>);
+
+impl<'de> Deserialize<'de> for Strings {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct List;
+        impl<'de> Visitor<'de> for List {
+            type Value = Strings;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of strings")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Strings, A::Error> {
+                let mut out = Vec::new();
+                loop {
+                    match seq.next_element::<String>() {
+                        Ok(Some(item)) => out.push(item),
+                        Ok(None) => return Ok(Strings(out)),
+                        Err(_) => return Err(de::Error::invalid_type(de::Unexpected::Seq, &self)),
+                    }
+                }
+            }
+        }
+        deserializer.deserialize_seq(List)
+    }
+}
+
+/// The `tools` key: an array of tables.
+struct Tools(Vec<Spanned<RawTool>>);
+
+impl<'de> Deserialize<'de> for Tools {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct List;
+        impl<'de> Visitor<'de> for List {
+            type Value = Tools;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an array of tables ([[tools]])")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tools, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = seq.next_element()? {
+                    out.push(entry);
+                }
+                Ok(Tools(out))
+            }
+        }
+        deserializer.deserialize_seq(List)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{command_tools, DEFAULT_COMMAND_TIMEOUT_MS};
+    use serde_json::json;
+    use std::time::Duration;
+
+    /// The `[[tools]]` of `text`, or the message of its problem (without
+    /// the line).
+    fn parse(text: &str) -> Result<Vec<CommandToolConfig>, String> {
+        super::parse(text)
+            .map(|config| config.tools)
+            .map_err(|problem| problem.message().to_owned())
+    }
+
+    /// The whole error of `text`, as an operator reads it.
+    fn error(text: &str) -> String {
+        super::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn parses_tool_entries() {
+        let tools = parse(
+            r#"
+            [[tools]]
+            name = "weather"
+            description = "Weather."
+            input_schema = { type = "object", properties = { city = { type = "string" }, days = { type = "integer", maximum = 7 } }, required = ["city"] }
+            command = ["weather", "--json"]
+            replay_safe = true
+            timeout_ms = 5000
+
+            [[tools]]
+            name = "json-schema"
+            description = ""
+            input_schema = '{"type": "object", "properties": {"x": {"type": "number", "minimum": 0.5}}}'
+            output_schema = { type = "array" }
+            command = ["/bin/x"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(tools.len(), 2);
+        let w = &tools[0];
+        assert_eq!(w.name, "weather");
+        assert_eq!(w.command, ["weather", "--json"]);
+        assert!(w.replay_safe);
+        assert_eq!(w.timeout(), Duration::from_millis(5000));
+        assert_eq!(
+            w.input_schema,
+            json!({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "maximum": 7}}, "required": ["city"]})
+        );
+        assert_eq!(w.output_schema, None);
+        let j = &tools[1];
+        assert!(!j.replay_safe);
+        assert_eq!(j.timeout_ms, None);
+        assert_eq!(
+            j.timeout(),
+            Duration::from_millis(DEFAULT_COMMAND_TIMEOUT_MS)
+        );
+        assert_eq!(j.input_schema["properties"]["x"]["minimum"], json!(0.5));
+        assert_eq!(j.output_schema, Some(json!({"type": "array"})));
+        let built = command_tools(tools).unwrap();
+        assert_eq!(built[0].name(), "weather");
+        assert!(built[0].replay_safe());
+        assert_eq!(built[1].output_schema(), Some(json!({"type": "array"})));
+        assert_eq!(parse("tools = []").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn tool_entry_errors_name_index_and_key() {
+        let base = r#"name = "t"
+            description = "d"
+            input_schema = { type = "object" }
+            command = ["x"]"#;
+        let entry = |extra: &str| format!("[[tools]]\n{base}\n\n[[tools]]\n{base}\n{extra}");
+        let cases: &[(&str, &str)] = &[
+            ("cmd = 1", "tools[1]: unknown key `cmd`"),
+            (
+                "timeout_ms = 0",
+                "tools[1]: `timeout_ms`: must be an integer from 1 to 600000",
+            ),
+            (
+                "timeout_ms = 600001",
+                "tools[1]: `timeout_ms`: must be an integer from 1 to 600000, got 600001",
+            ),
+            ("timeout_ms = \"5\"", "tools[1]: `timeout_ms`"),
+            (
+                "replay_safe = \"yes\"",
+                "tools[1]: `replay_safe`: must be a boolean",
+            ),
+            (
+                "output_schema = [1]",
+                "tools[1]: `output_schema`: must be a table",
+            ),
+            (
+                "output_schema = '[1]'",
+                "tools[1]: `output_schema`: must be a JSON object",
+            ),
+            (
+                "output_schema = '{'",
+                "tools[1]: `output_schema`: invalid JSON",
+            ),
+            (
+                "output_schema = { a = { b = 1979-05-27 } }",
+                "tools[1]: `output_schema`.a.b: the datetime",
+            ),
+            (
+                "output_schema = { a = [1, nan] }",
+                "tools[1]: `output_schema`.a[1]: the float NaN",
+            ),
+        ];
+        for (extra, want) in cases {
+            // Renaming avoids the duplicate-name error for the second entry.
+            let text = entry(extra).replacen("name = \"t\"", "name = \"u\"", 1);
+            let err = parse(&text).unwrap_err();
+            assert!(err.starts_with(want), "{extra}: got {err:?}, want {want:?}");
+        }
+        let err = parse(&entry("")).unwrap_err();
+        assert_eq!(err, "tools[1]: `name`: \"t\" is already used by tools[0]");
+
+        let single = |body: &str| parse(&format!("[[tools]]\n{body}")).unwrap_err();
+        assert_eq!(
+            single("description = \"d\"\ninput_schema = {}\ncommand = [\"x\"]"),
+            "tools[0]: missing key `name`"
+        );
+        assert!(
+            single("name = \"t\"\ndescription = \"d\"\ncommand = [\"x\"]")
+                .contains("missing key `input_schema`")
+        );
+        assert!(
+            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}")
+                .contains("missing key `command`")
+        );
+        assert!(
+            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = []")
+                .contains("`command`: must be a non-empty array")
+        );
+        assert!(
+            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"\"]")
+                .contains("`command`: the program")
+        );
+        assert!(
+            single("name = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [1]")
+                .contains("`command`: must be an array of strings")
+        );
+        assert!(single(
+            "name = \"a b\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]"
+        )
+        .starts_with("tools[0]: `name`: must be 1-64 characters"));
+        assert!(
+            single("name = \"t\"\ndescription = 5\ninput_schema = {}\ncommand = [\"x\"]")
+                .contains("`description`: must be a string")
+        );
+        assert!(parse("tools = 3")
+            .unwrap_err()
+            .contains("must be an array of tables"));
+        assert_eq!(
+            parse("tools = [1]").unwrap_err(),
+            "tools[0]: must be a table"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_in_any_table_names_the_key_and_line() {
+        let tool =
+            "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
+        for (text, want) in [
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp"),
+            ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
+            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session"),
+            ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
+            ("[workspace]\nroot = \"/\"\nroots = \"/\"\n", "line 3, column 1: unknown key `workspace.roots`; known keys: root"),
+            (&format!("{tool}{tool}replay = true\n")[..], "line 11, column 1: tools[1]: unknown key `replay`; known keys: name, description, input_schema, output_schema, command, replay_safe, timeout_ms"),
+            ("[mcp]\nserver = {}\n", "line 2, column 1: unknown key `mcp.server`; known keys: servers"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nargv = []\n", "line 3, column 1: unknown key `mcp.servers.a.argv`; known keys: command, args, env, url, timeout_ms"),
+            ("mcp.servers.a = { url = \"http://h\", timeout = 1 }\n", "line 1, column 37: unknown key `mcp.servers.a.timeout`; known keys: command, args, env, url, timeout_ms"),
+        ] {
+            assert_eq!(error(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_key_and_line() {
+        for (text, want) in [
+            ("limits = 5\n", "line 1, column 10: `limits`: must be a table"),
+            ("[workspace]\nroot = 1\n", "line 2, column 8: `workspace.root`: must be a string"),
+            ("[http]\nallowed_origins = \"x\"\n", "line 2, column 19: `http.allowed_origins`: must be an array of strings"),
+            ("[http]\nallowed_hosts = [\"a\", 1]\n", "line 2, column 17: `http.allowed_hosts`: must be an array of strings"),
+            ("[http]\nauth_token_file = false\n", "line 2, column 19: `http.auth_token_file`: must be a string"),
+            ("tools = 3\n", "line 1, column 9: `tools`: must be an array of tables ([[tools]])"),
+            ("[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\nreplay_safe = \"yes\"\n", "line 6, column 15: tools[0]: `replay_safe`: must be a boolean"),
+            ("[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\ntimeout_ms = 1.5\n", "line 6, column 14: tools[0]: `timeout_ms`: must be an integer"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nargs = [1]\n", "line 3, column 8: `mcp.servers.a.args`: must be an array of strings"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nenv = { K = 1 }\n", "line 3, column 13: `mcp.servers.a.env.K`: must be a string"),
+            ("[mcp]\nservers = 1\n", "line 2, column 11: `mcp.servers`: must be a table"),
+            ("[mcp.servers]\na = 1\n", "line 2, column 5: `mcp.servers.a`: must be a table"),
+        ] {
+            assert_eq!(error(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn checks_after_deserializing_give_the_entry_line() {
+        let tool = |name: &str| {
+            format!("[[tools]]\nname = \"{name}\"\ndescription = \"d\"\ninput_schema = {{}}\ncommand = [\"x\"]\n")
+        };
+        assert_eq!(
+            error(&format!("{}\n{}", tool("t"), tool("t"))),
+            "line 7, column 1: tools[1]: `name`: \"t\" is already used by tools[0]"
+        );
+        assert_eq!(
+            error(&format!("{}timeout_ms = 0\n", tool("t"))),
+            "line 1, column 1: tools[0]: `timeout_ms`: must be an integer from 1 to 600000"
+        );
+        assert_eq!(
+            error("[limits]\n[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n"),
+            "line 2, column 1: `mcp.servers.a`: set `command` or `url`, not both"
+        );
+        assert_eq!(
+            error("[limits]\ntimeout_ms = 99999999999999999999\n"),
+            "line 2, column 14: `limits.timeout_ms`: the integer does not fit in 64 bits"
+        );
+    }
+
+    #[test]
+    fn limit_keys_take_any_value() {
+        let config = super::parse(
+            "[limits]\ntimeout_ms = \"5\"\nmax_output_bytes = [1]\nmemory_limit_bytes = { a = 1 }\nmax_snapshot_bytes = 1979-05-27\nsnapshot_ttl_seconds = true\nfuel = true\n[host]\nmax_suspended_runs = 0\nmax_suspended_runs_per_session = 100\n[http]\nmax_sessions = -1\nmax_body_bytes = 1\n",
+        )
+        .unwrap();
+        assert_eq!(config.limits, Limits::default());
+        assert_eq!(
+            config.host,
+            HostLimits::default().with_max_suspended_runs_per_session(64)
+        );
+        assert_eq!(config.host.max_suspended_runs_per_session(), 64);
+        assert_eq!(config.http.max_sessions(), 1_024);
+        assert_eq!(config.http.max_body_bytes(), 1_024);
+    }
+}

@@ -1,0 +1,633 @@
+//! Limits and the TOML configuration file.
+//!
+//! Every limit documents its unit, scope and default. Values follow the
+//! contract's rule: a non-integer or non-positive value falls back to the
+//! default, a valid integer is clamped into the allowed range. The file is
+//! parsed in one place, [`file`] (serde structs with
+//! `deny_unknown_fields`, one per table): unknown keys, values of the wrong
+//! type and malformed files are errors that name the key and the line, as
+//! in ``line 2, column 1: unknown key `limits.timeout`; known keys: …``
+//! ([`problem`]).
+
+mod file;
+mod problem;
+
+use crate::error::Error;
+use crate::mcp::McpServerConfig;
+use crate::tools::CommandToolConfig;
+use std::path::{Path, PathBuf};
+
+/// Fuel allowance of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fuel {
+    /// At most this many units of Wasmtime fuel (roughly one per executed
+    /// wasm instruction) per call.
+    Limited(u64),
+    /// No fuel limit (`fuel = false`); fuel is still counted for telemetry.
+    Unlimited,
+}
+
+/// Default fuel per call: ten billion units — several seconds of busy
+/// JavaScript on this class of machine, so that with the default
+/// `timeoutMs` the wall clock normally ends a runaway loop first while the
+/// fuel cap stays a deterministic bound for metered hosts.
+pub const DEFAULT_FUEL: u64 = 10_000_000_000;
+
+/// Sets one limit: 0 stands for the default (the contract's rule for a
+/// non-positive value), anything else is clamped into `min..=max`.
+fn limit(value: u64, default: u64, min: u64, max: u64) -> u64 {
+    if value == 0 {
+        default
+    } else {
+        value.clamp(min, max)
+    }
+}
+
+/// Execution limits of a runtime (contract §6). Construct with
+/// [`Limits::default`] and adjust with the `with_*` setters, which clamp
+/// into range and read 0 as "the default"; read with the getters of the
+/// same names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    timeout_ms: u64,
+    memory_limit_bytes: u64,
+    max_output_bytes: u64,
+    max_snapshot_bytes: u64,
+    max_pending_tool_calls: u64,
+    snapshot_ttl_seconds: u64,
+    search_default_limit: u64,
+    max_search_limit: u64,
+    fuel: Fuel,
+}
+
+/// [`Limits::default`].
+const LIMITS: Limits = Limits {
+    timeout_ms: 10_000,
+    memory_limit_bytes: 64 << 20,
+    max_output_bytes: 65_536,
+    max_snapshot_bytes: 10 << 20,
+    max_pending_tool_calls: 16,
+    snapshot_ttl_seconds: 900,
+    search_default_limit: 8,
+    max_search_limit: 50,
+    fuel: Fuel::Limited(DEFAULT_FUEL),
+};
+
+impl Default for Limits {
+    fn default() -> Self {
+        LIMITS
+    }
+}
+
+impl Limits {
+    /// Wall-clock budget of one call (`exec` or `wait`), in milliseconds.
+    /// Default 10,000; range 100–60,000.
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+    /// QuickJS heap limit of a cell, in bytes; also caps the cell's Wasm
+    /// linear memory at this value plus the runtime image and a quarter for
+    /// allocator overhead. Default 64 MiB; range 1 MiB–1 GiB.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_limit_bytes
+    }
+    /// Output budget of a cell, in bytes of compact JSON, shared by output,
+    /// value and error across all of the cell's calls. Default 65,536;
+    /// range 1,024–10,485,760.
+    pub fn max_output_bytes(&self) -> u64 {
+        self.max_output_bytes
+    }
+    /// Largest checkpoint of a parked cell, in bytes. Default 10 MiB; range
+    /// 1,024–268,435,456.
+    pub fn max_snapshot_bytes(&self) -> u64 {
+        self.max_snapshot_bytes
+    }
+    /// Bridge requests in flight at the host per cell. Default 16; range 1–128.
+    pub fn max_pending_tool_calls(&self) -> u64 {
+        self.max_pending_tool_calls
+    }
+    /// Idle lifetime of a parked cell, in seconds. Default 900; range 1–86,400.
+    pub fn snapshot_ttl_seconds(&self) -> u64 {
+        self.snapshot_ttl_seconds
+    }
+    /// Default `catalog.search` limit. Default 8; range 1–`max_search_limit`.
+    pub fn search_default_limit(&self) -> u64 {
+        self.search_default_limit
+    }
+    /// Cap of any search limit. Default 50; range 1–50.
+    pub fn max_search_limit(&self) -> u64 {
+        self.max_search_limit
+    }
+    /// Fuel per call. Default [`DEFAULT_FUEL`]; a positive integer, or
+    /// [`Fuel::Unlimited`].
+    pub fn fuel(&self) -> Fuel {
+        self.fuel
+    }
+
+    /// Sets `timeout_ms` (clamped to 100–60,000; 0 → the default).
+    pub fn with_timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout_ms = limit(ms, LIMITS.timeout_ms, 100, 60_000);
+        self
+    }
+    /// Sets `memory_limit_bytes` (clamped to 1 MiB–1 GiB; 0 → the default).
+    pub fn with_memory_limit_bytes(mut self, bytes: u64) -> Self {
+        self.memory_limit_bytes = limit(bytes, LIMITS.memory_limit_bytes, 1 << 20, 1 << 30);
+        self
+    }
+    /// Sets `max_output_bytes` (clamped to 1,024–10,485,760; 0 → the
+    /// default).
+    pub fn with_max_output_bytes(mut self, bytes: u64) -> Self {
+        self.max_output_bytes = limit(bytes, LIMITS.max_output_bytes, 1_024, 10_485_760);
+        self
+    }
+    /// Sets `max_snapshot_bytes` (clamped to 1,024–268,435,456; 0 → the
+    /// default).
+    pub fn with_max_snapshot_bytes(mut self, bytes: u64) -> Self {
+        self.max_snapshot_bytes = limit(bytes, LIMITS.max_snapshot_bytes, 1_024, 268_435_456);
+        self
+    }
+    /// Sets `max_pending_tool_calls` (clamped to 1–128; 0 → the default).
+    pub fn with_max_pending_tool_calls(mut self, n: u64) -> Self {
+        self.max_pending_tool_calls = limit(n, LIMITS.max_pending_tool_calls, 1, 128);
+        self
+    }
+    /// Sets `snapshot_ttl_seconds` (clamped to 1–86,400; 0 → the default).
+    pub fn with_snapshot_ttl_seconds(mut self, s: u64) -> Self {
+        self.snapshot_ttl_seconds = limit(s, LIMITS.snapshot_ttl_seconds, 1, 86_400);
+        self
+    }
+    /// Sets `max_search_limit` (clamped to 1–50; 0 → the default); lowers
+    /// `search_default_limit` to it when needed.
+    pub fn with_max_search_limit(mut self, n: u64) -> Self {
+        self.max_search_limit = limit(n, LIMITS.max_search_limit, 1, 50);
+        self.search_default_limit = self.search_default_limit.min(self.max_search_limit);
+        self
+    }
+    /// Sets `search_default_limit` (clamped to 1–`max_search_limit`; 0 →
+    /// the default, lowered to `max_search_limit` when needed).
+    pub fn with_search_default_limit(mut self, n: u64) -> Self {
+        self.search_default_limit =
+            limit(n, LIMITS.search_default_limit, 1, 50).min(self.max_search_limit);
+        self
+    }
+    /// Sets the fuel allowance per call (`Fuel::Limited(0)` → the default).
+    pub fn with_fuel(mut self, fuel: Fuel) -> Self {
+        self.fuel = match fuel {
+            Fuel::Limited(0) => LIMITS.fuel,
+            other => other,
+        };
+        self
+    }
+
+    /// Largest settlement value a cell receives, in bytes of JSON: the
+    /// contract's reply inbox, `min(memoryLimitBytes, maxSnapshotBytes)`.
+    pub(crate) fn reply_inbox_bytes(&self) -> usize {
+        self.memory_limit_bytes.min(self.max_snapshot_bytes) as usize
+    }
+
+    /// The Wasm linear-memory cap of a cell whose runtime image is
+    /// `image_bytes`: image + heap limit + 25% allocator overhead.
+    pub(crate) fn linear_memory_cap(&self, image_bytes: usize) -> usize {
+        let heap = self.memory_limit_bytes as usize;
+        image_bytes + heap + heap / 4
+    }
+}
+
+/// Runs that may hold a suspended-run slot at once by default (contract §6;
+/// [`HostLimits::with_max_suspended_runs`] changes it).
+pub const MAX_SUSPENDED_RUNS: usize = 64;
+
+/// Process-wide caps of a runtime and each session's share of them
+/// (operations.md §1.5): what one tenant may hold of what all tenants
+/// share. The `[host]` table of the configuration file sets them, with the
+/// same rule as `[limits]` (non-positive → default, else clamped); so do
+/// the `with_*` setters (0 → the default, else clamped).
+///
+/// A session over its share gets the ordinary slot error for that call
+/// alone; other sessions are unaffected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLimits {
+    max_suspended_runs: u64,
+    max_suspended_runs_per_session: u64,
+    max_running_cells_per_session: u64,
+}
+
+/// [`HostLimits::default`].
+const HOST_LIMITS: HostLimits = HostLimits {
+    max_suspended_runs: MAX_SUSPENDED_RUNS as u64,
+    max_suspended_runs_per_session: 16,
+    max_running_cells_per_session: 4,
+};
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HOST_LIMITS
+    }
+}
+
+impl HostLimits {
+    /// Runs that may hold a suspended-run slot at once, across all
+    /// sessions: parked runs in the state store plus cells of this runtime
+    /// that have dispatched host work. Unit: runs; scope: the runtime (and
+    /// every process sharing its state store); default 64 (the contract's
+    /// value); range 1–100,000. A parked run costs no pool instance.
+    pub fn max_suspended_runs(&self) -> u64 {
+        self.max_suspended_runs
+    }
+    /// Share of `max_suspended_runs` one session may hold. Unit: runs;
+    /// scope: one session; default 16; range 1–`max_suspended_runs`.
+    pub fn max_suspended_runs_per_session(&self) -> u64 {
+        self.max_suspended_runs_per_session
+    }
+    /// Cells of one session that may run (`exec` or `wait` in progress) in
+    /// this runtime at once; a further call fails at once with
+    /// `invalid_input`. Unit: cells; scope: one session in one runtime;
+    /// default 4; range 1–256 (the engine's instance pool).
+    pub fn max_running_cells_per_session(&self) -> u64 {
+        self.max_running_cells_per_session
+    }
+
+    /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
+    /// the per-session share is lowered to it when needed).
+    pub fn with_max_suspended_runs(mut self, n: u64) -> Self {
+        self.max_suspended_runs = limit(n, HOST_LIMITS.max_suspended_runs, 1, 100_000);
+        self.max_suspended_runs_per_session = self
+            .max_suspended_runs_per_session
+            .min(self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_suspended_runs_per_session` (clamped to
+    /// 1–`max_suspended_runs`; 0 → the default, lowered to
+    /// `max_suspended_runs` when needed).
+    pub fn with_max_suspended_runs_per_session(mut self, n: u64) -> Self {
+        self.max_suspended_runs_per_session = limit(
+            n,
+            HOST_LIMITS.max_suspended_runs_per_session,
+            1,
+            self.max_suspended_runs,
+        )
+        .min(self.max_suspended_runs);
+        self
+    }
+
+    /// Sets `max_running_cells_per_session` (clamped to 1–256; 0 → the
+    /// default).
+    pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
+        self.max_running_cells_per_session =
+            limit(n, HOST_LIMITS.max_running_cells_per_session, 1, 256);
+        self
+    }
+}
+
+/// Caps of the HTTP front end (`quickcell serve --http`, operations.md §2),
+/// set by the `[http]` table (same rule as `[limits]`) or the `with_*`
+/// setters (0 → the default, else clamped). Over a cap a request gets a
+/// JSON-RPC error and nothing already accepted is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpLimits {
+    max_body_bytes: u64,
+    max_sessions: u64,
+    session_idle_seconds: u64,
+    allowed_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
+    auth_token_file: Option<PathBuf>,
+}
+
+/// [`HttpLimits::default`].
+const HTTP_LIMITS: HttpLimits = HttpLimits {
+    max_body_bytes: 8 << 20,
+    max_sessions: 1_024,
+    session_idle_seconds: 1_800,
+    allowed_origins: Vec::new(),
+    allowed_hosts: Vec::new(),
+    auth_token_file: None,
+};
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HTTP_LIMITS
+    }
+}
+
+impl HttpLimits {
+    /// Largest request body, in bytes. Default 8 MiB; range 1 KiB–256 MiB.
+    /// A larger body gets HTTP 413 (checked against `Content-Length` before
+    /// it is read, and while it is read otherwise).
+    pub fn max_body_bytes(&self) -> u64 {
+        self.max_body_bytes
+    }
+    /// MCP sessions open at once. Default 1,024; range 1–100,000. An
+    /// `initialize` over the cap gets HTTP 503; open sessions go on.
+    pub fn max_sessions(&self) -> u64 {
+        self.max_sessions
+    }
+    /// Seconds an MCP session may go without a request before it is closed.
+    /// Default 1,800 (30 minutes); range 1–86,400. Keep it above
+    /// `snapshot_ttl_seconds` when clients come back to `wait` parked runs
+    /// much later.
+    pub fn session_idle_seconds(&self) -> u64 {
+        self.session_idle_seconds
+    }
+    /// Values of the `Origin` header accepted besides loopback origins
+    /// (`http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`), for
+    /// example `"https://app.example.com"`. Requests without `Origin`
+    /// (non-browser clients) are accepted. Default: none.
+    pub fn allowed_origins(&self) -> &[String] {
+        &self.allowed_origins
+    }
+    /// Host names accepted in the `Host` header besides loopback names and
+    /// the address the server binds. Default: none.
+    pub fn allowed_hosts(&self) -> &[String] {
+        &self.allowed_hosts
+    }
+    /// File holding the bearer token every request must carry
+    /// (`--auth-token-file` overrides it; `QUICKCELL_AUTH_TOKEN` is used
+    /// when neither is given). In the configuration file it is relative to
+    /// the file. Default: none.
+    pub fn auth_token_file(&self) -> Option<&Path> {
+        self.auth_token_file.as_deref()
+    }
+
+    /// Sets `max_body_bytes` (clamped to 1 KiB–256 MiB; 0 → the default).
+    pub fn with_max_body_bytes(mut self, bytes: u64) -> Self {
+        self.max_body_bytes = limit(bytes, HTTP_LIMITS.max_body_bytes, 1 << 10, 256 << 20);
+        self
+    }
+    /// Sets `max_sessions` (clamped to 1–100,000; 0 → the default).
+    pub fn with_max_sessions(mut self, n: u64) -> Self {
+        self.max_sessions = limit(n, HTTP_LIMITS.max_sessions, 1, 100_000);
+        self
+    }
+    /// Sets `session_idle_seconds` (clamped to 1–86,400; 0 → the default).
+    pub fn with_session_idle_seconds(mut self, s: u64) -> Self {
+        self.session_idle_seconds = limit(s, HTTP_LIMITS.session_idle_seconds, 1, 86_400);
+        self
+    }
+    /// Sets the `Origin` values accepted besides loopback origins.
+    pub fn with_allowed_origins(mut self, origins: Vec<String>) -> Self {
+        self.allowed_origins = origins;
+        self
+    }
+    /// Sets the `Host` names accepted besides loopback names and the bound
+    /// address.
+    pub fn with_allowed_hosts(mut self, hosts: Vec<String>) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+    /// Sets the bearer token file (`None`: no token file).
+    pub fn with_auth_token_file(mut self, file: Option<PathBuf>) -> Self {
+        self.auth_token_file = file;
+        self
+    }
+}
+
+/// The parsed configuration file.
+///
+/// ```toml
+/// [limits]
+/// timeout_ms = 5000
+///
+/// [workspace]
+/// root = "."          # relative to the config file's directory
+///
+/// [[tools]]
+/// name = "weather"
+/// description = "Current weather for a city"
+/// input_schema = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+/// command = ["./weather.sh"]
+/// replay_safe = true
+/// timeout_ms = 5000
+///
+/// [mcp.servers.tickets]          # a stdio server
+/// command = "python3"
+/// args = ["tickets_server.py"]
+/// env = { TICKETS_DB = "/var/lib/tickets.db" }
+///
+/// [mcp.servers.search]           # a streamable HTTP server
+/// url = "http://127.0.0.1:8000/mcp"
+/// timeout_ms = 20000
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// The `[limits]` table.
+    pub limits: Limits,
+    /// The `[host]` table: process-wide caps and per-session shares.
+    pub host: HostLimits,
+    /// The `[http]` table: the HTTP front end of `quickcell serve --http`.
+    pub http: HttpLimits,
+    /// `[[tools]]`: command tools, in file order.
+    pub tools: Vec<CommandToolConfig>,
+    /// `[workspace] root`: the directory the built-in `read`, `ls`, `find`
+    /// and `grep` tools serve. Absent → no workspace tools.
+    pub workspace_root: Option<PathBuf>,
+    /// `[mcp.servers.NAME]`: downstream MCP servers, in name order (see
+    /// [`crate::mcp`]).
+    pub mcp_servers: Vec<McpServerConfig>,
+}
+
+impl Config {
+    /// Reads and parses a TOML configuration file.
+    pub fn load(path: &Path) -> Result<Self, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+        let mut config = file::parse(&text)
+            .map_err(|problem| Error::Config(format!("{}: {problem}", path.display())))?;
+        // A relative token file is relative to the config file.
+        if let Some(file) = &config.http.auth_token_file {
+            if file.is_relative() {
+                let base = path.parent().unwrap_or(Path::new("."));
+                config.http.auth_token_file = Some(base.join(file));
+            }
+        }
+        // A relative workspace root is relative to the config file.
+        if let Some(root) = &config.workspace_root {
+            if root.is_relative() {
+                let base = path.parent().unwrap_or(Path::new("."));
+                config.workspace_root = Some(base.join(root));
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parses TOML configuration text. An error names the key and the
+    /// line: ``invalid configuration: line 2, column 1: unknown key
+    /// `limits.timeout`; known keys: …`` ([`Config::load`] puts the file's
+    /// path first).
+    ///
+    /// ```
+    /// let config = quickcell::Config::parse("[limits]\ntimeout_ms = 99999\n").unwrap();
+    /// assert_eq!(config.limits.timeout_ms(), 60_000); // clamped
+    /// ```
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        file::parse(text).map_err(Error::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clamps_and_defaults() {
+        let c = Config::parse(
+            "[limits]\ntimeout_ms = 5\nmemory_limit_bytes = -3\nmax_output_bytes = 2.5\nmax_search_limit = 3\nfuel = false\n",
+        )
+        .unwrap();
+        assert_eq!(c.limits.timeout_ms(), 100);
+        assert_eq!(c.limits.memory_limit_bytes(), 64 << 20);
+        assert_eq!(c.limits.max_output_bytes(), 65_536);
+        assert_eq!(c.limits.max_search_limit(), 3);
+        assert_eq!(c.limits.search_default_limit(), 3);
+        assert_eq!(c.limits.fuel(), Fuel::Unlimited);
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let e = Config::parse("[limits]\ntimeout = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("limits.timeout"), "{e}");
+        let e = Config::parse("[limitz]\n").unwrap_err().to_string();
+        assert!(e.contains("limitz"), "{e}");
+    }
+
+    #[test]
+    fn tools_and_workspace() {
+        let c = Config::parse(
+            "[workspace]\nroot = \"/tmp\"\n[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = { type = \"object\" }\ncommand = [\"/bin/true\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.workspace_root.as_deref(), Some(Path::new("/tmp")));
+        assert_eq!(c.tools.len(), 1);
+        assert_eq!(c.tools[0].name, "t");
+        let e = Config::parse("[workspace]\nroots = \"/\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("workspace.roots"), "{e}");
+        let e = Config::parse("[[tools]]\nname = \"t\"\ncmd = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tools[0]"), "{e}");
+    }
+
+    #[test]
+    fn mcp_servers() {
+        let c = Config::parse(
+            "[mcp.servers.a]\ncommand = \"srv\"\nargs = [\"-x\"]\nenv = { K = \"v\" }\n[mcp.servers.b]\nurl = \"http://127.0.0.1:1/mcp\"\ntimeout_ms = 999999999\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp_servers.len(), 2);
+        assert_eq!(c.mcp_servers[0].name, "a");
+        assert!(matches!(
+            &c.mcp_servers[0].transport,
+            crate::McpTransport::Stdio { command, args, env }
+                if command == "srv" && args == &["-x"] && env["K"] == "v"
+        ));
+        assert_eq!(
+            c.mcp_servers[1].timeout_ms,
+            crate::mcp::MAX_MCP_CALL_TIMEOUT_MS
+        );
+        for (bad, needle) in [
+            (
+                "[mcp.servers.a]\n",
+                "needs a non-empty `command` or a `url`",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h\"\n",
+                "not both",
+            ),
+            ("[mcp.servers.a]\nurl = \"ftp://h\"\n", "http://"),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nargv = []\n",
+                "mcp.servers.a.argv",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\nargs = [1]\n",
+                "array of strings",
+            ),
+            (
+                "[mcp.servers.a]\ncommand = \"x\"\ntimeout_ms = 0\n",
+                "positive integer",
+            ),
+            ("[mcp.server.a]\ncommand = \"x\"\n", "mcp.server"),
+        ] {
+            let e = Config::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn setters_clamp_and_read_zero_as_the_default() {
+        let l = Limits::default()
+            .with_timeout_ms(5)
+            .with_memory_limit_bytes(u64::MAX)
+            .with_max_output_bytes(0)
+            .with_max_search_limit(3);
+        assert_eq!(l.timeout_ms(), 100);
+        assert_eq!(l.memory_limit_bytes(), 1 << 30);
+        assert_eq!(l.max_output_bytes(), 65_536);
+        assert_eq!(l.max_search_limit(), 3);
+        assert_eq!(l.search_default_limit(), 3);
+        assert_eq!(l.with_search_default_limit(0).search_default_limit(), 3);
+        assert_eq!(
+            Limits::default().with_fuel(Fuel::Limited(0)).fuel(),
+            Fuel::Limited(DEFAULT_FUEL)
+        );
+        let h = HostLimits::default()
+            .with_max_suspended_runs(8)
+            .with_max_suspended_runs_per_session(0)
+            .with_max_running_cells_per_session(1_000);
+        assert_eq!(h.max_suspended_runs(), 8);
+        assert_eq!(h.max_suspended_runs_per_session(), 8);
+        assert_eq!(h.max_running_cells_per_session(), 256);
+        assert_eq!(
+            HostLimits::default().with_max_suspended_runs(0),
+            HostLimits::default()
+        );
+        let http = HttpLimits::default()
+            .with_max_body_bytes(1)
+            .with_max_sessions(0)
+            .with_session_idle_seconds(1 << 40)
+            .with_allowed_hosts(vec!["h".into()])
+            .with_auth_token_file(Some("t".into()));
+        assert_eq!(http.max_body_bytes(), 1 << 10);
+        assert_eq!(http.max_sessions(), 1_024);
+        assert_eq!(http.session_idle_seconds(), 86_400);
+        assert_eq!(http.allowed_hosts(), ["h"]);
+        assert_eq!(http.auth_token_file(), Some(Path::new("t")));
+    }
+
+    #[test]
+    fn load_names_the_file_and_resolves_paths_beside_it() {
+        let dir = std::env::temp_dir().join(format!("quickcell-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("q.toml");
+        std::fs::write(
+            &path,
+            "[http]\nauth_token_file = \"token\"\n[workspace]\nroot = \"w\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.http.auth_token_file(), Some(dir.join("token").as_path()));
+        assert_eq!(c.workspace_root, Some(dir.join("w")));
+        std::fs::write(&path, "[http]\n\nmax = 1\n").unwrap();
+        let e = Config::load(&path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "invalid configuration: {}: line 3, column 1: unknown key `http.max`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file",
+                path.display()
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn malformed_file_names_the_line() {
+        let e = Config::parse("[limits]\ntimeout_ms = = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+}
