@@ -79,6 +79,7 @@ impl Error {
     }
 
     /// [`Error::StateStore`] caused by `source`.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn state_store(message: impl Into<String>, source: anyhow::Error) -> Self {
         Error::StateStore {
             message: message.into(),

@@ -53,7 +53,6 @@ mod engine;
 mod error;
 mod guest_abi;
 mod input;
-pub mod mcp;
 mod output;
 mod registry;
 mod result;
@@ -68,7 +67,6 @@ pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX
 pub use engine::module_cache_dir;
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
-pub use mcp::{McpServerConfig, McpTransport};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
 pub use result::{
     CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
@@ -81,6 +79,8 @@ pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 #[cfg(feature = "sqlite")]
 pub use store::STATE_FILE;
 pub use store::{Owner, StateStore};
+pub use tools::mcp;
+pub use tools::mcp::{McpServerConfig, McpTransport};
 
 /// The tool catalog and Tool Search: what [`Runtime::catalog`] returns and
 /// the types its methods take and give. The `quickcell-catalog` crate has

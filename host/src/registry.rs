@@ -15,7 +15,7 @@
 //! neither searchable nor callable); among client tools the later one wins.
 //! A runtime serves one tool set: build a runtime per client tool set.
 //!
-//! *MCP* tools come from downstream MCP servers (see [`crate::mcp`]); the
+//! *MCP* tools come from downstream MCP servers (see [`crate::tools::mcp`]); the
 //! runtime builder adds them when it connects. They are untrusted, live
 //! under `MCP.<server>` instead of as globals, and may share names with any
 //! other tool: calls reach them by catalog id.

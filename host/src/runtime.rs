@@ -7,10 +7,10 @@ use crate::config::{HostLimits, Limits};
 use crate::engine::{self, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
-use crate::mcp::{McpClients, McpServerConfig};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::store::{MemoryStateStore, Owner, StateStore};
+use crate::tools::mcp::{McpClients, McpServerConfig};
 use quickcell_catalog::Catalog;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,7 +81,7 @@ impl RuntimeBuilder {
     }
 
     /// Offers the tools of these downstream MCP servers to cells, as
-    /// `MCP.<server>.<tool>` (see [`crate::mcp`]). [`build`](Self::build)
+    /// `MCP.<server>.<tool>` (see [`crate::tools::mcp`]). [`build`](Self::build)
     /// connects to them; a server it cannot reach is reported on every
     /// result instead of failing the build.
     pub fn mcp_servers(mut self, servers: Vec<McpServerConfig>) -> Self {
@@ -127,6 +127,13 @@ impl RuntimeBuilder {
                     server.name
                 )));
             }
+        }
+        #[cfg(not(feature = "mcp-client"))]
+        if let Some(server) = self.mcp_servers.first() {
+            return Err(Error::Config(format!(
+                "MCP server `{}` needs quickcell's `mcp-client` feature, which this build lacks",
+                server.name
+            )));
         }
         let shared = engine::shared()
             .await
@@ -364,6 +371,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     }
 
     /// The catalog, its projection and the tool implementations cells reach.
+    #[cfg(feature = "mcp-server")]
     pub(crate) fn cell_tools(&self) -> &CellTools {
         &self.cell_tools
     }

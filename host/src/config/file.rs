@@ -6,7 +6,7 @@
 //! Both are located by [`Problem`]. What serde cannot check (duplicate tool
 //! names, a `[[tools]]` entry's invariants in
 //! [`CommandToolConfig::validate`], an MCP server's transport in
-//! [`crate::mcp::server_from_keys`]) is checked here after deserializing and
+//! [`crate::tools::mcp::server_from_keys`]) is checked here after deserializing and
 //! reported at the entry's table.
 //!
 //! | table | raw struct | public type |
@@ -25,7 +25,7 @@
 
 use super::problem::Problem;
 use super::{Config, Fuel, HostLimits, HttpLimits, Limits};
-use crate::mcp::McpServerConfig;
+use crate::tools::mcp::McpServerConfig;
 use crate::tools::{CommandToolConfig, MAX_COMMAND_TIMEOUT_MS};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -334,7 +334,7 @@ struct RawMcp {
 }
 
 /// One `[mcp.servers.NAME]` table (the keys are documented in
-/// [`crate::mcp`]).
+/// [`crate::tools::mcp`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawServer {
@@ -355,7 +355,7 @@ fn mcp_servers(
         .map(|(name, server)| {
             let span = server.span();
             let server = server.into_inner();
-            crate::mcp::server_from_keys(
+            crate::tools::mcp::server_from_keys(
                 &name,
                 server.command,
                 server.args.map(|args| args.0).unwrap_or_default(),

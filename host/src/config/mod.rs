@@ -13,7 +13,7 @@ mod file;
 mod problem;
 
 use crate::error::Error;
-use crate::mcp::McpServerConfig;
+use crate::tools::mcp::McpServerConfig;
 use crate::tools::CommandToolConfig;
 use std::path::{Path, PathBuf};
 
@@ -422,7 +422,7 @@ pub struct Config {
     /// and `grep` tools serve. Absent → no workspace tools.
     pub workspace_root: Option<PathBuf>,
     /// `[mcp.servers.NAME]`: downstream MCP servers, in name order (see
-    /// [`crate::mcp`]).
+    /// [`crate::tools::mcp`]).
     pub mcp_servers: Vec<McpServerConfig>,
 }
 
@@ -526,7 +526,7 @@ mod tests {
         ));
         assert_eq!(
             c.mcp_servers[1].timeout_ms,
-            crate::mcp::MAX_MCP_CALL_TIMEOUT_MS
+            crate::tools::mcp::MAX_MCP_CALL_TIMEOUT_MS
         );
         for (bad, needle) in [
             (

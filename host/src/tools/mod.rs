@@ -46,6 +46,7 @@
 
 pub mod command;
 mod error;
+pub mod mcp;
 mod registry;
 pub mod workspace;
 
