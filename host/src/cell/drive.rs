@@ -37,18 +37,8 @@ impl LiveCell {
                         return self.end(env, bridge_failure(message)).await;
                     }
                     Err(e) => {
-                        return self
-                            .end(
-                                env,
-                                Ending::Failed {
-                                    code: ErrorCode::InternalError,
-                                    phase: FailurePhase::Host,
-                                    error: format!(
-                                        "InternalError: cannot read the state store: {e:#}"
-                                    ),
-                                },
-                            )
-                            .await
+                        let error = format!("InternalError: cannot read the state store: {e:#}");
+                        return self.end(env, host_fault(error)).await;
                     }
                 }
             }

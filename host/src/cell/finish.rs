@@ -167,6 +167,15 @@ pub(super) fn bridge_failure(error: String) -> Ending {
     }
 }
 
+/// A failure of the host's own machinery (the state store) during a cell.
+pub(super) fn host_fault(error: String) -> Ending {
+    Ending::Failed {
+        code: ErrorCode::InternalError,
+        phase: FailurePhase::Host,
+        error,
+    }
+}
+
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),

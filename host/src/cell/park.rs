@@ -136,16 +136,8 @@ impl LiveCell {
         if let Err(e) = stored {
             self.store.data_mut().output = output;
             self.run_id = Some(run_id);
-            return self
-                .end(
-                    env,
-                    Ending::Failed {
-                        code: ErrorCode::InternalError,
-                        phase: FailurePhase::Host,
-                        error: format!("InternalError: cannot store the parked run: {e:#}"),
-                    },
-                )
-                .await;
+            let error = format!("InternalError: cannot store the parked run: {e:#}");
+            return self.end(env, host_fault(error)).await;
         }
         let reason = if self.bridge.only_yields() {
             WaitReason::Yield
