@@ -143,7 +143,7 @@ impl RuntimeBuilder {
             (None, Some(dir)) => open_state_dir(dir)?,
             (None, None) => Arc::new(MemoryStateStore::default()),
         };
-        let runs = Arc::new(RunRegistry::new(store, self.host_limits));
+        let runs = Arc::new(RunRegistry::new(store.clone(), self.host_limits));
         let (mcp, connected) = McpClients::start(std::mem::take(&mut self.mcp_servers)).await;
         for server in connected {
             for tool in server.tools {
@@ -157,6 +157,7 @@ impl RuntimeBuilder {
             tools: self.tools,
             cell_tools,
             runs,
+            store,
             mcp,
         })
     }
@@ -193,6 +194,7 @@ pub struct Runtime {
     tools: ToolRegistry,
     cell_tools: Arc<CellTools>,
     runs: Arc<RunRegistry>,
+    store: Arc<dyn StateStore>,
     mcp: McpClients,
 }
 
@@ -270,6 +272,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             limits: &self.limits,
             tools: &self.cell_tools,
             runs: &self.runs,
+            store: &self.store,
             telemetry,
         }
     }

@@ -13,12 +13,7 @@ impl LiveCell {
         // completed; any other ending discards them.
         let writes = self.bridge.take_store_writes();
         if matches!(ending, Ending::Completed { .. }) && !writes.is_empty() {
-            if let Err(e) = env
-                .runs
-                .store
-                .store_commit(&self.owner.session, writes)
-                .await
-            {
+            if let Err(e) = env.store.store_commit(&self.owner.session, writes).await {
                 tracing::warn!(error = %e, "session store commit failed");
                 warnings.push(STORE_COMMIT_UNCONFIRMED.to_string());
             }
@@ -27,7 +22,7 @@ impl LiveCell {
         let output = std::mem::take(&mut self.store.data_mut().output);
         let dispatch_started = self.bridge.dispatch_started;
         if let Some(run_id) = &self.run_id {
-            if let Err(e) = env.runs.store.remove(run_id).await {
+            if let Err(e) = env.store.remove(run_id).await {
                 tracing::warn!(run_id, error = %e, "cannot remove a finished run");
             }
         }
@@ -57,7 +52,7 @@ impl LiveCell {
                 c.warnings = warnings;
                 if let Some(original) = oversized {
                     let reference = AutoReference {
-                        state: &*env.runs.store,
+                        state: &**env.store,
                         agent_run: &owner.agent_run,
                         capacity_bytes: env.limits.reply_inbox_bytes(),
                         restart_safe,

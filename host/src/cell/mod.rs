@@ -100,6 +100,8 @@ pub(crate) struct CellEnv<'a> {
     pub limits: &'a Limits,
     pub tools: &'a Arc<CellTools>,
     pub runs: &'a Arc<RunRegistry>,
+    /// Parked runs, session values and saved results.
+    pub store: &'a Arc<dyn crate::store::StateStore>,
     pub telemetry: &'a (dyn Fn() -> Telemetry + Sync),
 }
 
@@ -235,7 +237,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         )
         .with_reply_inbox(env.limits.reply_inbox_bytes())
         .with_session(SessionAccess {
-            state: env.runs.store.clone(),
+            state: env.store.clone(),
             owner: input.owner.clone(),
         }),
         run_id: None,
@@ -273,7 +275,6 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
     // `wait` that is still running is never mistaken for an abandoned one.
     let claim_until = now + env.limits.timeout_ms() + CLAIM_GRACE_MS;
     let claimed = match env
-        .runs
         .store
         .claim(run_id, &input.owner, now, claim_until)
         .await
@@ -302,9 +303,9 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
             // `wait`; an unusable snapshot is removed.
             let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
             let cleanup = if unavailable {
-                env.runs.store.unclaim(run_id).await
+                env.store.unclaim(run_id).await
             } else {
-                env.runs.store.remove(run_id).await
+                env.store.remove(run_id).await
             };
             if let Err(e) = cleanup {
                 tracing::warn!(run_id, error = %e, "cannot release a run that failed to restore");

@@ -131,7 +131,7 @@ impl LiveCell {
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
-        let stored = env.runs.store.park(parked).await;
+        let stored = env.store.park(parked).await;
         stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = stored {
             self.store.data_mut().output = output;

@@ -112,7 +112,7 @@ pub(super) async fn restore(
             )
             .with_reply_inbox(env.limits.reply_inbox_bytes())
             .with_session(SessionAccess {
-                state: env.runs.store.clone(),
+                state: env.store.clone(),
                 owner: Owner {
                     agent_run: host.agent_run.clone(),
                     session: host.session.clone(),

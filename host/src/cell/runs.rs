@@ -75,7 +75,7 @@ impl SlotRefused {
 
 /// Slots, live bridges and the state store of one runtime.
 pub(crate) struct RunRegistry {
-    pub store: Arc<dyn StateStore>,
+    store: Arc<dyn StateStore>,
     pub limits: HostLimits,
     live: Mutex<HashMap<String, LiveRun>>,
     /// Cells of this process holding a slot without a stored run.
