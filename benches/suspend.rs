@@ -11,8 +11,11 @@
 //! - restore = snapshot decode and checks + fresh instance + page writes +
 //!   stack pointer + reseed.
 //!
-//! `exec_to_waiting` and `wait_to_completed` time whole calls (in-memory
-//! state store). Run with `cargo bench --bench suspend`.
+//! `exec_to_waiting` and `wait_to_completed` time whole calls with the
+//! in-memory state store; `sqlite_exec_to_waiting` and
+//! `sqlite_wait_to_completed` the same calls with the SQLite store in a
+//! scratch state directory (what the CLI and `serve` use). Run with
+//! `cargo bench --bench suspend`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use quickcell::testing::last_suspend_stats;
@@ -136,5 +139,48 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(suspend, benches);
+/// Whole park and resume calls of the one-tool cell with the SQLite state
+/// store.
+fn sqlite_benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(SlowTool)).unwrap();
+    let dir = std::env::temp_dir().join(format!("quickcell-bench-state-{}", std::process::id()));
+    let runtime = rt
+        .block_on(Runtime::builder().tools(registry).state_dir(&dir).build())
+        .unwrap();
+    // Parks, then resumes; returns the time of the call `timed` names.
+    let call = |timed_wait: bool| {
+        rt.block_on(async {
+            let start = std::time::Instant::now();
+            let parked = runtime.exec(ExecInput::new("bench", ONE_TOOL)).await;
+            let parking = start.elapsed();
+            let id = parked.run_id().expect("waiting").to_string();
+            runtime.settle_parked_tool_calls().await;
+            let start = std::time::Instant::now();
+            let done = runtime.wait(WaitInput::new(id)).await;
+            let resuming = start.elapsed();
+            assert_eq!(done.status(), "completed", "{}", done.to_json());
+            if timed_wait {
+                resuming
+            } else {
+                parking
+            }
+        })
+    };
+    c.bench_function("sqlite_exec_to_waiting", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| call(false)).sum::<Duration>())
+    });
+    c.bench_function("sqlite_wait_to_completed", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| call(true)).sum::<Duration>())
+    });
+    drop(runtime);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(suspend, benches, sqlite_benches);
 criterion_main!(suspend);

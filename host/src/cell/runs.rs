@@ -179,13 +179,13 @@ impl RunRegistry {
             registry: self.clone(),
             session: session.to_string(),
         };
-        let now = unix_ms();
-        for expired in self.store.purge_expired(now).await? {
+        // One store call: a networked store answers it in one round trip.
+        let counts = self.store.purge_and_count(unix_ms(), session).await?;
+        for expired in &counts.purged {
             // Dropping an expired run's bridge cancels its requests.
-            self.live().remove(&expired);
+            self.live().remove(expired);
         }
-        let stored = self.store.count_runs().await?;
-        if (held + stored) as u64 >= self.limits.max_suspended_runs() {
+        if (held + counts.runs) as u64 >= self.limits.max_suspended_runs() {
             return Ok(Err(SlotRefused::Full));
         }
         let session_held = self
@@ -196,8 +196,9 @@ impl RunRegistry {
             .copied()
             .unwrap_or(1)
             - 1;
-        let session_stored = self.store.count_session_runs(session).await?;
-        if (session_held + session_stored) as u64 >= self.limits.max_suspended_runs_per_session() {
+        if (session_held + counts.session_runs) as u64
+            >= self.limits.max_suspended_runs_per_session()
+        {
             return Ok(Err(SlotRefused::SessionShare));
         }
         Ok(Ok(guard))

@@ -134,6 +134,29 @@ pub trait RunStore: Send + Sync {
     /// Removes runs expired at `now_ms` and claims abandoned before it;
     /// returns their ids.
     async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>>;
+    /// What admitting a new parked run needs, in one step: removes the runs
+    /// expired at `now_ms` ([`RunStore::purge_expired`]), then counts the
+    /// runs held in all and by `session`. A backend whose calls cost a
+    /// round trip answers it in one; the default makes three calls.
+    async fn purge_and_count(&self, now_ms: u64, session: &str) -> StoreResult<RunCounts> {
+        let purged = self.purge_expired(now_ms).await?;
+        Ok(RunCounts {
+            purged,
+            runs: self.count_runs().await?,
+            session_runs: self.count_session_runs(session).await?,
+        })
+    }
+}
+
+/// The answer of [`RunStore::purge_and_count`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Ids of the runs removed as expired.
+    pub purged: Vec<String>,
+    /// Runs held (parked or resuming) after the purge.
+    pub runs: usize,
+    /// Runs of the session held after the purge.
+    pub session_runs: usize,
 }
 
 /// The session store: JSON values by session and key.

@@ -1,6 +1,6 @@
 use super::{
-    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunStore, SessionStore, StateStore,
-    StoreError, StoreResult,
+    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunCounts, RunStore, SessionStore,
+    StateStore, StoreError, StoreResult,
 };
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -448,6 +448,18 @@ impl RunStore for SqliteStateStore {
 
     async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
         self.blocking(move |db| db.purge_expired(now_ms)).await
+    }
+
+    async fn purge_and_count(&self, now_ms: u64, session: &str) -> StoreResult<RunCounts> {
+        let session = session.to_owned();
+        self.blocking(move |db| {
+            Ok(RunCounts {
+                purged: db.purge_expired(now_ms)?,
+                runs: db.count_runs()?,
+                session_runs: db.count_session_runs(&session)?,
+            })
+        })
+        .await
     }
 }
 

@@ -106,3 +106,22 @@ async fn unclaim(store: &dyn StateStore) {
         ClaimRefused::Unavailable
     );
 }
+
+#[tokio::test]
+async fn purge_and_count_purges_then_counts_all_and_by_session() {
+    for store in stores() {
+        store.park(parked("old", 1_000)).await.unwrap();
+        store.park(parked("new", 10_000)).await.unwrap();
+        let mut other = parked("theirs", 10_000);
+        other.owner = owner("a", "t");
+        store.park(other).await.unwrap();
+        let counts = store.purge_and_count(5_000, "s").await.unwrap();
+        assert_eq!(counts.purged, vec!["old".to_string()]);
+        assert_eq!((counts.runs, counts.session_runs), (2, 1));
+        let counts = store.purge_and_count(5_000, "nobody").await.unwrap();
+        assert_eq!(
+            (counts.purged.len(), counts.runs, counts.session_runs),
+            (0, 2, 0)
+        );
+    }
+}
