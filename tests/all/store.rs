@@ -414,3 +414,64 @@ async fn an_unconfirmed_commit_completes_with_the_warning() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A write still running when its cell parks (SQLite answers off-thread) is
+/// part of the parked run: a resume in another runtime sees it, and the
+/// cell parked for its yield, not for the write.
+#[tokio::test]
+async fn a_write_running_when_the_cell_parks_survives_a_resume_elsewhere() {
+    let dir = state_dir();
+    let first = Runtime::builder().state_dir(&dir).build().await.unwrap();
+    let r = first
+        .exec(cell(
+            "store('k', {v: 1}); await yield_control(); return await load('k');",
+        ))
+        .await;
+    let parked = waiting(&r);
+    assert_eq!(json(&r)["reason"], "yield", "{}", r.to_json());
+    let run_id = parked.run_id.clone();
+    first.settle_parked_tool_calls().await;
+    drop(first);
+    let second = Runtime::builder().state_dir(&dir).build().await.unwrap();
+    let r = second
+        .wait(WaitInput::new(&run_id).with_owner(owner("s1")))
+        .await;
+    assert_eq!(value(&r), json!({"v": 1}));
+    let r = second.exec(cell("return await load('k');")).await;
+    assert_eq!(value(&r), json!({"v": 1}), "the write was committed");
+}
+
+/// The size check of a parked cell's writes sees what other cells of the
+/// session committed meanwhile: here a delete that makes an earlier write
+/// of this cell replace nothing, so a write that fit before no longer does.
+#[tokio::test]
+async fn the_size_check_sees_commits_made_while_the_cell_was_parked() {
+    let rt = rt(Limits::default()).await;
+    // 4 × 250,002 bytes = 1,000,008 of the 1,048,576 bytes a session holds.
+    let r = rt
+        .exec(cell(
+            "const big = 'x'.repeat(250000); for (const k of ['a', 'b', 'c', 'd']) await store(k, big); return 1;",
+        ))
+        .await;
+    assert_eq!(value(&r), json!(1));
+    let r = rt
+        .exec(cell(
+            "await store('a', 1); await yield_control();
+             await store('e', 'x'.repeat(250000));
+             try { await store('f', 'x'.repeat(100000)); return 'stored'; }
+             catch (e) { return e.code; }",
+        ))
+        .await;
+    let run_id = waiting(&r).run_id.clone();
+    // Another cell deletes `a`: the parked cell's write of `a` now adds
+    // one byte instead of replacing 250,002.
+    let r = rt
+        .exec(cell("await store('a', undefined); return 2;"))
+        .await;
+    assert_eq!(value(&r), json!(2));
+    let r = rt
+        .wait(WaitInput::new(&run_id).with_owner(owner("s1")))
+        .await;
+    // 750,006 committed + 1 + 250,002 buffered + 100,002 > 1,048,576.
+    assert_eq!(value(&r), json!("store_range"));
+}

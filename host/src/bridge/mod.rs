@@ -112,6 +112,15 @@ pub(crate) struct SessionAccess {
     pub owner: crate::store::Owner,
 }
 
+/// Whether `method` reaches the state store (the session store or saved
+/// results).
+fn is_store_request(method: &str) -> bool {
+    matches!(
+        method,
+        "storeGet" | "storeSet" | "resultSave" | "resultLoad" | "resultDelete"
+    )
+}
+
 /// How a request starts.
 pub(crate) enum Start {
     /// It settled at once.
@@ -662,6 +671,25 @@ impl Bridge {
         }
         self.pump();
         Some(self.take_ready())
+    }
+
+    /// Waits until no session-store or saved-result request runs. A cell
+    /// parks after them: a session-store write lives in this bridge's
+    /// buffer (a snapshot taken while it runs would miss it), and a save
+    /// or delete must not run twice when the run resumes elsewhere. They
+    /// are local and short; tool calls and timers that settle meanwhile
+    /// stay ready for the guest.
+    pub(crate) async fn finish_store_requests(&mut self) {
+        let running = |b: &Self| {
+            b.outstanding
+                .values()
+                .any(|o| o.started && is_store_request(&o.method))
+        };
+        while running(self) {
+            if self.next_settlements().await.is_none() {
+                break;
+            }
+        }
     }
 
     /// Waits until a running request settles; returns the settlements that

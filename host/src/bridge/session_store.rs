@@ -6,7 +6,9 @@
 //! Requests run one at a time per cell, in the order the cell made them, so
 //! a read sees the writes made before it and the size check of a write sees
 //! every earlier write. The projected size of the session is kept as running
-//! sums, so a write costs the same however many writes came before it.
+//! sums, so a write costs the same however many writes came before it; the
+//! committed sizes those sums use are learnt again whenever the session's
+//! committed total has changed (another cell committed) since.
 
 use super::settlement::{err, ok, ok_raw, Settlement};
 use super::SessionAccess;
@@ -30,6 +32,10 @@ pub(crate) struct BufferedWrites {
     /// Committed size of each key of `writes`, learnt when it was first
     /// written (unknown after a restore until the next write).
     committed: HashMap<String, usize>,
+    /// The session's committed total when `committed` was learnt: when the
+    /// total has changed since (another cell committed), the sizes are
+    /// learnt again.
+    learnt_total: Option<usize>,
     /// Sum of `committed`.
     committed_sum: usize,
     /// Sum of the buffered value sizes.
@@ -55,6 +61,16 @@ impl BufferedWrites {
     /// The buffered writes, taken (to commit them).
     pub(crate) fn take(&mut self) -> BTreeMap<String, Option<String>> {
         std::mem::take(self).writes
+    }
+
+    /// Forgets the committed sizes unless they were learnt at a committed
+    /// total of `total`.
+    fn check_learnt_at(&mut self, total: usize) {
+        if self.learnt_total != Some(total) {
+            self.committed.clear();
+            self.committed_sum = 0;
+            self.learnt_total = Some(total);
+        }
     }
 
     /// Keys written whose committed size is not known yet.
@@ -220,6 +236,9 @@ impl CellSessionStore {
         value: Option<&String>,
     ) -> anyhow::Result<(usize, usize)> {
         let name = &session.owner.session;
+        let total = session.state.store_total_bytes(name).await?;
+        // Sizes learnt before another cell committed are learnt again.
+        self.buffered().check_learnt_at(total);
         let committed_len = async |k: &str| -> anyhow::Result<usize> {
             Ok(session
                 .state
@@ -227,8 +246,8 @@ impl CellSessionStore {
                 .await?
                 .map_or(0, |v| v.len()))
         };
-        // After a restore, the committed sizes of earlier writes are learnt
-        // once.
+        // After a restore (or another cell's commit), the committed sizes of
+        // earlier writes are learnt once.
         let unknown = self.buffered().unknown_keys();
         for k in unknown {
             let size = committed_len(&k).await?;
@@ -239,7 +258,6 @@ impl CellSessionStore {
             Some(size) => size,
             None => committed_len(key).await?,
         };
-        let total = session.state.store_total_bytes(name).await?;
         let projected = self.buffered().projected(total, key, key_committed, value);
         Ok((projected, key_committed))
     }

@@ -6,6 +6,7 @@ use super::*;
 impl LiveCell {
     /// Checkpoints the cell and parks it (contract §9.3).
     pub(super) async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+        self.bridge.finish_store_requests().await;
         let checkpoint_started = Instant::now();
         // Collect garbage (past 1 MiB of new heap) and zero the free pages
         // so the snapshot holds live data; it costs the cell no fuel.
