@@ -51,7 +51,8 @@ const ONE_TOOL: &str =
 /// payload is printed).
 const HEAVY: &str = "const big = Array.from({length: 80000}, (_, i) => ({i, s: 'item ' + i, t: [i, i + 1]})); const p = slowTool({q: 'hi'}); await yield_control(); const r = await p; return r.n + big.length;";
 
-fn benches(c: &mut Criterion) {
+/// The Tokio runtime the benchmarks drive and a registry with `slowTool`.
+fn setup() -> (tokio::runtime::Runtime, ToolRegistry) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -59,6 +60,11 @@ fn benches(c: &mut Criterion) {
         .unwrap();
     let mut registry = ToolRegistry::new();
     registry.add(Arc::new(SlowTool)).unwrap();
+    (rt, registry)
+}
+
+fn benches(c: &mut Criterion) {
+    let (rt, registry) = setup();
     let runtime = rt
         .block_on(
             Runtime::builder()
@@ -142,18 +148,13 @@ fn benches(c: &mut Criterion) {
 /// Whole park and resume calls of the one-tool cell with the SQLite state
 /// store.
 fn sqlite_benches(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut registry = ToolRegistry::new();
-    registry.add(Arc::new(SlowTool)).unwrap();
+    let (rt, registry) = setup();
     let dir = std::env::temp_dir().join(format!("quickcell-bench-state-{}", std::process::id()));
     let runtime = rt
         .block_on(Runtime::builder().tools(registry).state_dir(&dir).build())
         .unwrap();
-    // Parks, then resumes; returns the time of the call `timed` names.
+    // Parks, then resumes; returns the time of the resume when
+    // `timed_wait`, else of the park.
     let call = |timed_wait: bool| {
         rt.block_on(async {
             let start = std::time::Instant::now();
