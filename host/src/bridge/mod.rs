@@ -170,7 +170,9 @@ pub(crate) struct Bridge {
     /// Largest settlement value delivered to the guest, in bytes of JSON.
     reply_inbox_bytes: usize,
     session: Option<SessionAccess>,
-    session_store: CellSessionStore,
+    /// Made at the cell's first session-store request (most cells make
+    /// none), or restored with buffered writes.
+    session_store: Option<CellSessionStore>,
     /// The untrusted provider whose content the cell may see (see
     /// [`untrusted_in_catalog`]).
     untrusted_source: Option<&'static str>,
@@ -191,7 +193,7 @@ impl Bridge {
             outstanding: BTreeMap::new(),
             reply_inbox_bytes: usize::MAX,
             session: None,
-            session_store: CellSessionStore::default(),
+            session_store: None,
             // MCP tool identifiers (derived from untrusted names) reach every
             // cell through the `MCP` namespace, client tools' metadata through
             // `catalog.all()`; and a cell of such a runtime may load stored
@@ -215,7 +217,10 @@ impl Bridge {
 
     /// The buffered session-store writes, taken (to commit them).
     pub(crate) fn take_store_writes(&mut self) -> Vec<(String, Option<String>)> {
-        self.session_store.buffered().take().into_iter().collect()
+        match &self.session_store {
+            Some(store) => store.buffered().take().into_iter().collect(),
+            None => Vec::new(),
+        }
     }
 
     /// Caps each settlement value at `bytes` of JSON (the cell's reply
@@ -270,7 +275,9 @@ impl Bridge {
     ) -> Self {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
-        bridge.session_store = CellSessionStore::restored(state.store_writes);
+        if !state.store_writes.is_empty() {
+            bridge.session_store = Some(CellSessionStore::restored(state.store_writes));
+        }
         bridge.ready = state.ready;
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
@@ -314,7 +321,11 @@ impl Bridge {
             ready: self.ready.clone(),
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
-            store_writes: self.session_store.buffered().writes().clone(),
+            store_writes: self
+                .session_store
+                .as_ref()
+                .map(|store| store.buffered().writes().clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -549,12 +560,12 @@ impl Bridge {
                 Err(message) => Start::Settled(err(id, message, "invalid_input")),
             },
             "storeSet" | "storeGet" => match self.session_for("the session store") {
-                Ok(session) => Start::work(self.session_store.clone().request(
-                    session,
-                    id,
-                    method.to_string(),
-                    args,
-                )),
+                Ok(session) => Start::work(
+                    self.session_store
+                        .get_or_insert_with(CellSessionStore::default)
+                        .clone()
+                        .request(session, id, method.to_string(), args),
+                ),
                 Err(message) => Start::Settled(err(id, message, "invalid_input")),
             },
             "sleep" => timers::start(id, &args),
