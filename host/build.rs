@@ -1,161 +1,63 @@
-//! Builds the wasm guest (`guest/`) and embeds it in the host.
+//! Embeds the wasm guest and its precompiled artifact in the host.
 //!
-//! The guest is a separate Cargo workspace targeting `wasm32-wasip1`. Its C
-//! part (QuickJS) is compiled with Debian's clang-19 against Debian's
-//! wasi-libc headers, so no SDK is downloaded. When a prerequisite is
-//! missing the build stops with one message naming what to install and the
-//! script that installs it (`scripts/setup`).
+//! Nothing is compiled here: the repository carries the built guest
+//! (`prebuilt/quickcell_guest.wasm`, made by `scripts/build-guest`, which the
+//! test suite checks against a build from source) and, for x86-64 Linux, the
+//! guest pre-initialized and precompiled for quickcell's engine
+//! configuration (`prebuilt/`, made by `scripts/refresh-guest`), so a
+//! build needs neither the guest's toolchain (clang, wasi-libc, the wasm
+//! Rust target) nor a second Wasmtime.
+//!
+//! `QUICKCELL_GUEST_WASM=FILE` embeds another guest module (for packagers
+//! and guest development); the precompiled artifact, made from the
+//! committed guest, is then ignored at run time and the guest is compiled
+//! on first use.
 
 use sha2::{Digest, Sha256};
 use std::env;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-const SETUP_HINT: &str = "run `scripts/setup` (as root) to install them, or by hand: \
-`apt-get install -y --no-install-recommends clang-19 llvm-19 wasi-libc` and \
-`rustup target add wasm32-wasip1`";
+/// The committed guest module.
+const GUEST: &str = "prebuilt/quickcell_guest.wasm";
 
-const WASI_INCLUDE: &str = "/usr/include/wasm32-wasi";
+/// The committed precompiled guest for x86-64 Linux.
+const PRECOMPILED_X86_64_LINUX: &str = "prebuilt/quickcell_guest.x86_64-linux.cwasm";
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let guest_dir = manifest_dir.join("guest");
-    for path in [
-        "guest/src",
-        "guest/Cargo.toml",
-        "guest/Cargo.lock",
-        "guest/.cargo/config.toml",
-        "wit",
-    ] {
-        println!(
-            "cargo:rerun-if-changed={}",
-            manifest_dir.join(path).display()
-        );
-    }
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
     println!("cargo:rerun-if-env-changed=QUICKCELL_GUEST_WASM");
 
-    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
-    let embedded = out_dir.join("quickcell_guest.wasm");
-
-    // An explicitly provided, prebuilt guest (for packagers) skips the build.
-    let built = match env::var_os("QUICKCELL_GUEST_WASM") {
+    let guest = match env::var_os("QUICKCELL_GUEST_WASM") {
         Some(path) => PathBuf::from(path),
-        None => build_guest(&guest_dir, &out_dir),
+        None => manifest_dir.join(GUEST),
     };
-    let bytes = std::fs::read(&built).unwrap_or_else(|e| {
+    println!("cargo:rerun-if-changed={}", guest.display());
+    let bytes = std::fs::read(&guest).unwrap_or_else(|e| {
         panic!(
-            "quickcell: cannot read the built guest {}: {e}",
-            built.display()
+            "quickcell: cannot read the guest module {}: {e} \
+             (scripts/build-guest builds it from guest/)",
+            guest.display()
         )
     });
-    std::fs::write(&embedded, &bytes).expect("write embedded guest");
-    let hash = Sha256::digest(&bytes);
-    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(out_dir.join("quickcell_guest.wasm"), &bytes).expect("write embedded guest");
+    let hex: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     println!("cargo:rustc-env=QUICKCELL_GUEST_SHA256={hex}");
-}
 
-fn build_guest(guest_dir: &Path, out_dir: &Path) -> PathBuf {
-    check_prerequisites();
-    // Share one guest target directory between profiles: <target>/quickcell-guest.
-    let target_root = out_dir
-        .ancestors()
-        .nth(4)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| out_dir.join("guest-target"));
-    let guest_target = target_root.join("quickcell-guest");
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(guest_dir)
-        .args([
-            "build",
-            "--release",
-            "--locked",
-            "--target",
-            "wasm32-wasip1",
-        ])
-        .arg("--target-dir")
-        .arg(&guest_target)
-        // The outer build's flags are for the host, not for the guest; the
-        // guest's own flags live in guest/.cargo/config.toml.
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_RUSTFLAGS")
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .env_remove("CARGO_PRIMARY_PACKAGE")
-        .env("RQUICKJS_SYS_NO_WASI_SDK", "1")
-        .env("CC_wasm32_wasip1", "clang-19")
-        .env("AR_wasm32_wasip1", "llvm-ar-19")
-        // clang 19 targets Wasm without bulk memory and non-trapping
-        // float-to-int by default; Rust's side of the guest has both, and so
-        // does Wasmtime. With them QuickJS copies with `memory.copy` instead
-        // of a libc loop and converts numbers without range-check branches.
-        .env(
-            "CFLAGS_wasm32_wasip1",
-            format!("-isystem {WASI_INCLUDE} -mbulk-memory -mnontrapping-fptoint"),
-        )
-        .env(
-            "BINDGEN_EXTRA_CLANG_ARGS_wasm32_wasip1",
-            format!("-isystem {WASI_INCLUDE}"),
-        );
-    for (key, _) in env::vars() {
-        if key.starts_with("CARGO_PROFILE_") || key.starts_with("CARGO_CFG_") {
-            cmd.env_remove(key);
-        }
-    }
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("quickcell: cannot run cargo to build the guest: {e}"));
-    if !status.success() {
-        panic!(
-            "quickcell: building the wasm guest failed (see the compiler output above). \
-             If a tool or header is missing, {SETUP_HINT}."
-        );
-    }
-    guest_target.join("wasm32-wasip1/release/quickcell_guest.wasm")
-}
-
-fn check_prerequisites() {
-    let mut missing = Vec::new();
-    if !runs("clang-19") {
-        missing.push("clang-19");
-    }
-    if !runs("llvm-ar-19") {
-        missing.push("llvm-19 (llvm-ar-19)");
-    }
-    if !Path::new(WASI_INCLUDE).join("stdlib.h").exists() {
-        missing.push("wasi-libc (/usr/include/wasm32-wasi)");
-    }
-    if !has_wasm_target() {
-        missing.push("the Rust target wasm32-wasip1");
-    }
-    if !missing.is_empty() {
-        panic!(
-            "\n\nquickcell: cannot build the wasm guest: missing {}.\nTo fix: {SETUP_HINT}.\n\n",
-            missing.join(", ")
-        );
-    }
-}
-
-fn runs(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
-
-fn has_wasm_target() -> bool {
-    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let sysroot = Command::new(rustc)
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    match sysroot {
-        Some(root) => Path::new(&root).join("lib/rustlib/wasm32-wasip1").exists(),
-        None => false,
-    }
+    // The artifact is native code for one architecture and OS; other
+    // targets embed nothing and compile the guest on first use.
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let precompiled = manifest_dir.join(PRECOMPILED_X86_64_LINUX);
+    println!("cargo:rerun-if-changed={}", precompiled.display());
+    let artifact = if arch == "x86_64" && os == "linux" {
+        std::fs::read(&precompiled).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    std::fs::write(out_dir.join("quickcell_guest.cwasm"), &artifact)
+        .expect("write embedded precompiled guest");
 }

@@ -10,10 +10,22 @@
 //! Pre-initialization runs the guest's `wizer-initialize` export (QuickJS
 //! runtime creation and prelude evaluation) once, under wasmtime-wizer, and
 //! bakes the result into the module's data segments. A fresh cell is then
-//! only an instantiation. The compiled, pre-initialized module is cached on
-//! disk (see [`module_cache_dir`]), keyed by the guest's SHA-256 and
-//! Wasmtime's engine-compatibility hash, so later processes load it in well
-//! under a millisecond instead of compiling it again.
+//! only an instantiation.
+//!
+//! Where the module comes from ([`GuestOrigin`]), in order:
+//!
+//! 1. **Embedded**: the binary carries the guest pre-initialized and
+//!    precompiled for this engine configuration ([`PRECOMPILED_GUEST`],
+//!    x86-64 Linux, CPU baseline [`ARTIFACT_CPU`]); it is deserialized from
+//!    the binary's own bytes, so the first cell on a fresh machine compiles
+//!    nothing.
+//! 2. **Cache**: when that does not fit (another architecture, a CPU below
+//!    the baseline, another guest), a module compiled earlier on this machine
+//!    from the on-disk cache (see [`module_cache_dir`]), keyed by the
+//!    guest's SHA-256 and Wasmtime's engine-compatibility hash.
+//! 3. **Compiled**: else the guest is pre-initialized and compiled for this
+//!    CPU (~2.7 s) and written to the cache. Builds without the `compiler`
+//!    feature cannot do this and fail with [`NO_COMPILER`].
 
 use crate::guest_abi::{self, CellState};
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -27,9 +39,40 @@ use wasmtime::{
     PoolingAllocationConfig, Store,
 };
 
-/// The guest module as built by `host/build.rs`.
+/// The guest module (`prebuilt/quickcell_guest.wasm`, or the module given
+/// with `QUICKCELL_GUEST_WASM` at build time). Only a build that can compile
+/// carries it.
+#[cfg(feature = "compiler")]
 pub(crate) const GUEST_WASM: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.wasm"));
+
+/// The guest pre-initialized and precompiled for [`engine_config`] with the
+/// CPU baseline [`ARTIFACT_CPU`]
+/// (`prebuilt/quickcell_guest.x86_64-linux.cwasm`): [`ARTIFACT_MAGIC`], the
+/// SHA-256 of the guest it was made from, then the module as
+/// [`Engine::precompile_module`] wrote it. Empty on targets other than
+/// x86-64 Linux. `scripts/refresh-guest` makes it; a test checks that it is
+/// what this Wasmtime makes of [`GUEST_WASM`].
+pub(crate) const PRECOMPILED_GUEST: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.cwasm"));
+
+/// First bytes of [`PRECOMPILED_GUEST`] (format version 1).
+pub(crate) const ARTIFACT_MAGIC: &[u8; 8] = b"qcpre\0v1";
+
+/// The target the precompiled guest is compiled for.
+pub(crate) const ARTIFACT_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// The CPU features the precompiled guest may use: Cranelift's
+/// `x86-64-v2` preset (SSE4.2, POPCNT, CMPXCHG16B), which every x86-64 CPU
+/// since 2009 has. On an older CPU it does not fit and the guest is
+/// compiled for that CPU instead.
+pub(crate) const ARTIFACT_CPU: &str = "x86-64-v2";
+
+/// The error of a build without the `compiler` feature on a machine the
+/// embedded precompiled guest does not fit.
+#[cfg_attr(feature = "compiler", allow(dead_code))]
+pub(crate) const NO_COMPILER: &str = "this quickcell was built without the `compiler` feature and \
+     can run only the precompiled guest embedded in it, which does not fit this machine";
 
 /// SHA-256 of [`GUEST_WASM`], hex encoded. Snapshots and the module cache are
 /// keyed by it.
@@ -104,8 +147,8 @@ pub(crate) struct SharedEngine {
     /// The guest's shadow stack: `[initial SP − GUEST_STACK_BYTES, initial
     /// SP)`. Below the stack pointer, between calls, it holds nothing live.
     pub stack: std::ops::Range<usize>,
-    /// Whether the module was loaded from the on-disk cache.
-    pub from_cache: bool,
+    /// Where the pre-initialized module came from.
+    pub origin: GuestOrigin,
     /// The image pages a cell writes on its way from start to end, learned
     /// from the process's first cell that completes without parking (at
     /// most [`MAX_HOT_PAGES`]; empty if it wrote more). Every fresh cell
@@ -118,6 +161,20 @@ pub(crate) struct SharedEngine {
     standby: Mutex<Option<FreshInstance>>,
     /// Whether a background task is making the standby.
     standby_pending: AtomicBool,
+}
+
+/// Where the process's pre-initialized guest module came from
+/// ([`crate::Runtime::guest_origin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuestOrigin {
+    /// The precompiled guest embedded in the binary: nothing was compiled.
+    Embedded,
+    /// The on-disk module cache ([`module_cache_dir`]): compiled by an
+    /// earlier process on this machine.
+    Cache,
+    /// Pre-initialized and compiled by this process (and then cached).
+    Compiled,
 }
 
 /// An instance of the pre-initialized module that has run no cell, in its
@@ -313,6 +370,7 @@ pub fn module_cache_dir() -> PathBuf {
 /// Whether `meta` (of the cache directory or an entry, not following
 /// symbolic links) could only have been written by the current user: owned
 /// by them, no write bit for group or others, and not a symbolic link.
+#[cfg(feature = "compiler")]
 fn cache_trusted(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     !meta.file_type().is_symlink()
@@ -325,6 +383,7 @@ fn cache_trusted(meta: &std::fs::Metadata) -> bool {
 /// others may write (a `umask 002` leaves it so) is made 0700 first: files
 /// others put there are not theirs to pass off as ours, since every entry
 /// is checked for its owner and mode too.
+#[cfg(feature = "compiler")]
 fn cache_dir_trusted(dir: &Path) -> bool {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
@@ -341,18 +400,37 @@ fn cache_dir_trusted(dir: &Path) -> bool {
 
 impl SharedEngine {
     async fn create() -> Result<Self> {
+        // Diagnostic aid: with `QUICKCELL_IGNORE_PRECOMPILED` set, the
+        // embedded artifact is not used (the module cache or the compiler
+        // is), as on a machine it does not fit.
+        let precompiled = match std::env::var_os("QUICKCELL_IGNORE_PRECOMPILED") {
+            Some(_) => None,
+            None => Some(PRECOMPILED_GUEST),
+        };
+        Self::create_from(precompiled).await
+    }
+
+    /// The engine, with the module from `precompiled` (an artifact in the
+    /// format of [`PRECOMPILED_GUEST`]) if it is given and fits, else from
+    /// the cache or compiled.
+    async fn create_from(precompiled: Option<&[u8]>) -> Result<Self> {
         let engine = Engine::new(&engine_config())
             .map_err(|e| anyhow!("cannot create the Wasmtime engine: {e}"))?;
         let mut linker: Linker<CellState> = Linker::new(&engine);
         guest_abi::add_to_linker(&mut linker)?;
 
-        let cache_path = module_cache_dir().join(format!("guest-{}.cwasm", cache_key(&engine)));
-        let (module, from_cache) = match load_cached(&engine, &cache_path) {
-            Some(module) => (module, true),
-            None => {
-                let module = preinitialize(&engine, &linker).await?;
-                store_cached(&module, &cache_path);
-                (module, false)
+        let embedded = match precompiled {
+            Some(artifact) => load_precompiled(&engine, artifact),
+            None => Err(anyhow!("QUICKCELL_IGNORE_PRECOMPILED is set")),
+        };
+        let (module, origin) = match embedded {
+            Ok(module) => {
+                tracing::debug!("loaded the precompiled guest embedded in the binary");
+                (module, GuestOrigin::Embedded)
+            }
+            Err(why) => {
+                tracing::debug!(reason = %why, "the precompiled guest does not fit; using the module cache or compiling");
+                compiled_module(&engine, &linker, why).await?
             }
         };
         let initial_memory_bytes = module
@@ -370,7 +448,7 @@ impl SharedEngine {
             initial_memory_bytes,
             memory_image,
             stack,
-            from_cache,
+            origin,
             hot_pages: std::sync::OnceLock::new(),
             standby: Mutex::new(None),
             standby_pending: AtomicBool::new(false),
@@ -408,6 +486,90 @@ async fn read_memory_image(
     Ok((memory.data(&store).to_vec(), sp as u32 as usize))
 }
 
+/// The module in `artifact` (the format of [`PRECOMPILED_GUEST`]) if it was
+/// made from this build's guest and fits `engine` and this CPU; else why not.
+fn load_precompiled(engine: &Engine, artifact: &[u8]) -> Result<Module> {
+    if artifact.is_empty() {
+        bail!("this build embeds no precompiled guest for its target");
+    }
+    let Some(rest) = artifact.strip_prefix(ARTIFACT_MAGIC.as_slice()) else {
+        bail!("the embedded artifact does not start with {ARTIFACT_MAGIC:?}");
+    };
+    let (made_from, module) = rest
+        .split_at_checked(32)
+        .context("the embedded artifact is truncated")?;
+    if made_from != guest_hash() {
+        bail!("the embedded artifact was made from another guest than the one this build carries");
+    }
+    // SAFETY: the bytes are part of this binary: `Engine::precompile_module`
+    // output for this engine configuration and guest (checked by the test
+    // `guest_artifact::the_embedded_artifact_is_the_committed_guest_precompiled`).
+    // Wasmtime checks the header, its version, the configuration, and that
+    // this CPU has every feature the code uses before running any of it.
+    unsafe { Module::deserialize(engine, module) }
+        .map_err(|e| anyhow!("Wasmtime refuses the embedded artifact: {e:#}"))
+}
+
+/// The module from the on-disk cache, else pre-initialized and compiled now
+/// (and cached).
+#[cfg(feature = "compiler")]
+async fn compiled_module(
+    engine: &Engine,
+    linker: &Linker<CellState>,
+    _why: anyhow::Error,
+) -> Result<(Module, GuestOrigin)> {
+    let cache_path = module_cache_dir().join(format!("guest-{}.cwasm", cache_key(engine)));
+    if let Some(module) = load_cached(engine, &cache_path) {
+        return Ok((module, GuestOrigin::Cache));
+    }
+    let wasm = preinitialize(engine, linker).await?;
+    let module = Module::new(engine, &wasm)
+        .map_err(|e| anyhow!("compiling the pre-initialized guest failed: {e}"))?;
+    store_cached(&module, &cache_path);
+    Ok((module, GuestOrigin::Compiled))
+}
+
+#[cfg(not(feature = "compiler"))]
+async fn compiled_module(
+    _engine: &Engine,
+    _linker: &Linker<CellState>,
+    why: anyhow::Error,
+) -> Result<(Module, GuestOrigin)> {
+    bail!("{NO_COMPILER}: {why:#}")
+}
+
+/// [`PRECOMPILED_GUEST`] made afresh: [`GUEST_WASM`] pre-initialized and
+/// precompiled for [`ARTIFACT_TARGET`] / [`ARTIFACT_CPU`] with
+/// [`engine_config`]. Deterministic: the same guest and Wasmtime give the
+/// same bytes on any machine that can run the pre-initialization.
+#[cfg(feature = "compiler")]
+pub(crate) async fn make_precompiled_guest() -> Result<Vec<u8>> {
+    let mut config = engine_config();
+    config
+        .target(ARTIFACT_TARGET)
+        .map_err(|e| anyhow!("cannot target {ARTIFACT_TARGET}: {e}"))?;
+    // SAFETY: a Cranelift preset of the target's own ISA; Wasmtime records
+    // the features in the artifact and checks them against the CPU that
+    // loads it.
+    unsafe {
+        config.cranelift_flag_enable(ARTIFACT_CPU);
+    }
+    let engine = Engine::new(&config)
+        .map_err(|e| anyhow!("cannot create the Wasmtime engine for the artifact: {e}"))?;
+    let mut linker: Linker<CellState> = Linker::new(&engine);
+    guest_abi::add_to_linker(&mut linker)?;
+    let wasm = preinitialize(&engine, &linker).await?;
+    let module = engine
+        .precompile_module(&wasm)
+        .map_err(|e| anyhow!("precompiling the guest failed: {e}"))?;
+    let mut artifact = Vec::with_capacity(ARTIFACT_MAGIC.len() + 32 + module.len());
+    artifact.extend_from_slice(ARTIFACT_MAGIC);
+    artifact.extend_from_slice(&guest_hash());
+    artifact.extend_from_slice(&module);
+    Ok(artifact)
+}
+
+#[cfg(feature = "compiler")]
 fn cache_key(engine: &Engine) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -422,6 +584,7 @@ fn cache_key(engine: &Engine) -> String {
         .collect()
 }
 
+#[cfg(feature = "compiler")]
 fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent()?;
@@ -458,6 +621,7 @@ fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
     }
 }
 
+#[cfg(feature = "compiler")]
 fn store_cached(module: &Module, path: &Path) {
     use std::io::Write as _;
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
@@ -491,9 +655,10 @@ fn store_cached(module: &Module, path: &Path) {
     }
 }
 
-/// Runs the guest's initialization once under wasmtime-wizer and compiles
-/// the resulting pre-initialized module.
-async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Module> {
+/// Runs the guest's initialization once under wasmtime-wizer; returns the
+/// pre-initialized module's bytes.
+#[cfg(feature = "compiler")]
+async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Vec<u8>> {
     let mut store = unlimited_store(engine)?;
     let wizer = wasmtime_wizer::Wizer::new();
     let initialized = wizer
@@ -502,6 +667,5 @@ async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Mo
         })
         .await
         .map_err(|e| anyhow!("pre-initializing the guest failed: {e:?}"))?;
-    Module::new(engine, &initialized)
-        .map_err(|e| anyhow!("compiling the pre-initialized guest failed: {e}"))
+    Ok(initialized)
 }

@@ -64,7 +64,7 @@ pub mod store;
 pub mod tools;
 
 pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX_SUSPENDED_RUNS};
-pub use engine::module_cache_dir;
+pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
@@ -96,8 +96,22 @@ pub mod catalog {
 #[doc(hidden)]
 pub mod testing {
     /// The embedded guest module as built (before pre-initialization).
+    #[cfg(feature = "compiler")]
     pub fn guest_wasm() -> &'static [u8] {
         crate::engine::GUEST_WASM
+    }
+
+    /// The precompiled guest embedded in this build (empty on targets other
+    /// than x86-64 Linux).
+    pub fn precompiled_guest() -> &'static [u8] {
+        crate::engine::PRECOMPILED_GUEST
+    }
+
+    /// The precompiled guest made afresh from [`guest_wasm`] by this
+    /// Wasmtime: what `prebuilt/quickcell_guest.x86_64-linux.cwasm` must hold.
+    #[cfg(feature = "compiler")]
+    pub async fn make_precompiled_guest() -> anyhow::Result<Vec<u8>> {
+        crate::engine::make_precompiled_guest().await
     }
 
     /// Timings of the process's latest checkpoint and restore.

@@ -4,7 +4,7 @@ use crate::bridge::CellTools;
 use crate::cell::runs::RunRegistry;
 use crate::cell::{self, CellEnv};
 use crate::config::{HostLimits, Limits};
-use crate::engine::{self, SharedEngine};
+use crate::engine::{self, GuestOrigin, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
 use crate::registry::ToolRegistry;
@@ -209,9 +209,11 @@ impl Runtime {
         &self.limits
     }
 
-    /// Whether the pre-initialized guest came from the on-disk module cache.
-    pub fn module_from_cache(&self) -> bool {
-        self.shared.from_cache
+    /// Where the process's pre-initialized guest came from: embedded in the
+    /// binary (nothing compiled), the on-disk module cache, or compiled by
+    /// this process.
+    pub fn guest_origin(&self) -> GuestOrigin {
+        self.shared.origin
     }
 
     /// The tools offered to cells.

@@ -127,9 +127,12 @@ fn config_limits_apply_and_bad_config_is_named() {
 fn corrupt_module_cache_is_rebuilt() {
     let dir = std::env::temp_dir().join(format!("quickcell-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // The module cache is for machines the embedded precompiled guest does
+    // not fit; QUICKCELL_IGNORE_PRECOMPILED makes this one such a machine.
     let run = || {
         quickcell()
             .env("QUICKCELL_CACHE_DIR", &dir)
+            .env("QUICKCELL_IGNORE_PRECOMPILED", "1")
             .args(["exec", "--code", "return 41 + 1"])
             .output()
             .unwrap()

@@ -593,6 +593,7 @@ fn exec_with_cache(cache: &std::path::Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
         .args(["exec", "--code", "return 'cached?'"])
         .env("QUICKCELL_CACHE_DIR", cache)
+        .env("QUICKCELL_IGNORE_PRECOMPILED", "1")
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();

@@ -7,6 +7,7 @@ mod catalog;
 mod cli;
 mod exec;
 mod fuzz;
+mod guest;
 mod hostile;
 mod http;
 mod limits;

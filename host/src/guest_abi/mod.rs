@@ -168,6 +168,45 @@ fn sandboxed_wasi(clock_offset_ns: u64) -> WasiP1Ctx {
     builder.build_p1()
 }
 
+/// A clock that always reads zero: the guest's pre-initialization sees no
+/// time pass, so the pre-initialized module is the same in every process.
+struct FrozenClock;
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+impl wasmtime_wasi::HostWallClock for FrozenClock {
+    fn resolution(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(1)
+    }
+    fn now(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+}
+
+/// The WASI context of the guest's pre-initialization: like
+/// [`sandboxed_wasi`], but its clocks are frozen and its random numbers
+/// fixed, so pre-initializing a guest always gives the same bytes (the
+/// precompiled artifact is checked byte for byte). Nothing of it survives
+/// into cells: each cell's `Math.random` is seeded afresh at its start.
+fn preinit_wasi() -> WasiP1Ctx {
+    use rand::SeedableRng as _;
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .monotonic_clock(FrozenClock)
+        .wall_clock(FrozenClock)
+        .secure_random(rand::rngs::StdRng::seed_from_u64(0))
+        .insecure_random(rand::rngs::StdRng::seed_from_u64(1))
+        .insecure_random_seed(2);
+    builder.build_p1()
+}
+
 impl CellState {
     /// State of a new cell; its clock reads [`process_nanos`].
     pub(crate) fn new(memory_cap: usize, output: OutputBuffer) -> Self {
@@ -215,7 +254,10 @@ impl CellState {
     }
 
     pub(crate) fn for_preinit() -> Self {
-        Self::new(usize::MAX, OutputBuffer::new(0))
+        Self {
+            wasi: preinit_wasi(),
+            ..Self::new(usize::MAX, OutputBuffer::new(0))
+        }
     }
 }
 
