@@ -29,9 +29,13 @@
 
 use crate::guest_abi::{self, CellState};
 use anyhow::{anyhow, bail, Context as _, Result};
+#[cfg(feature = "compiler")]
 use sha2::{Digest, Sha256};
+#[cfg(feature = "compiler")]
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+#[cfg(feature = "compiler")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use wasmtime::{
@@ -60,12 +64,14 @@ pub(crate) const PRECOMPILED_GUEST: &[u8] =
 pub(crate) const ARTIFACT_MAGIC: &[u8; 8] = b"qcpre\0v1";
 
 /// The target the precompiled guest is compiled for.
+#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
 pub(crate) const ARTIFACT_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// The CPU features the precompiled guest may use: Cranelift's
 /// `x86-64-v2` preset (SSE4.2, POPCNT, CMPXCHG16B), which every x86-64 CPU
 /// since 2009 has. On an older CPU it does not fit and the guest is
 /// compiled for that CPU instead.
+#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
 pub(crate) const ARTIFACT_CPU: &str = "x86-64-v2";
 
 /// The error of a build without the `compiler` feature on a machine the
@@ -308,9 +314,16 @@ pub(crate) async fn shared() -> Result<Arc<SharedEngine>> {
 fn engine_config() -> Config {
     let mut config = Config::new();
     config.consume_fuel(true);
+    // Everything that decides whether a precompiled module fits is set
+    // here, not left to which Wasmtime features a build happens to unify:
+    // builds with and without the `compiler` feature (whose wasmtime-wizer
+    // brings `threads`) must accept the same artifact.
+    config.wasm_features(wasmtime::WasmFeatures::THREADS, false);
+    config.collector(wasmtime::Collector::Null);
     config.max_wasm_stack(MAX_WASM_STACK);
     config.async_stack_size(MAX_WASM_STACK + (1 << 20));
     config.memory_init_cow(true);
+    #[cfg(feature = "compiler")]
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     // Profiling aid: with `QUICKCELL_PERFMAP` set, Wasmtime writes
     // `/tmp/perf-<pid>.map`, so `perf report` names the guest's functions.
@@ -668,4 +681,48 @@ async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Ve
         .await
         .map_err(|e| anyhow!("pre-initializing the guest failed: {e:?}"))?;
     Ok(initialized)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The embedded artifact with its header replaced by `header`.
+    fn with_header(header: &[u8]) -> Vec<u8> {
+        let module = &PRECOMPILED_GUEST[ARTIFACT_MAGIC.len() + 32..];
+        let mut artifact = header.to_vec();
+        artifact.extend_from_slice(module);
+        artifact
+    }
+
+    fn refusal(engine: &Engine, artifact: &[u8]) -> String {
+        match load_precompiled(engine, artifact) {
+            Ok(_) => panic!("an unfit artifact was loaded"),
+            Err(e) => format!("{e:#}"),
+        }
+    }
+
+    /// Obeyed: the embedded artifact loads into the engine of this build.
+    /// Violated: an artifact that is missing, has another header, was made
+    /// from another guest, is cut short or is damaged is refused with a
+    /// reason (and the engine falls back to the cache or the compiler).
+    #[test]
+    fn only_an_artifact_of_this_guest_and_engine_is_loaded() {
+        if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+            return;
+        }
+        let engine = Engine::new(&engine_config()).unwrap();
+        load_precompiled(&engine, PRECOMPILED_GUEST).expect("the embedded artifact fits");
+
+        assert!(refusal(&engine, &[]).contains("embeds no precompiled guest"));
+        assert!(refusal(&engine, &with_header(b"qcpre\0v0")).contains("does not start with"));
+        let mut other_guest = ARTIFACT_MAGIC.to_vec();
+        other_guest.extend_from_slice(&[7; 32]);
+        assert!(refusal(&engine, &with_header(&other_guest)).contains("another guest"));
+        assert!(refusal(&engine, &PRECOMPILED_GUEST[..20]).contains("truncated"));
+        let mut damaged = PRECOMPILED_GUEST.to_vec();
+        let module_start = ARTIFACT_MAGIC.len() + 32;
+        damaged[module_start..module_start + 16].fill(0);
+        assert!(refusal(&engine, &damaged).contains("Wasmtime refuses"));
+    }
 }
