@@ -53,11 +53,47 @@ fn main() {
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let precompiled = manifest_dir.join(PRECOMPILED_X86_64_LINUX);
     println!("cargo:rerun-if-changed={}", precompiled.display());
+    let has_compiler = env::var_os("CARGO_FEATURE_COMPILER").is_some();
     let artifact = if arch == "x86_64" && os == "linux" {
-        std::fs::read(&precompiled).unwrap_or_default()
+        match std::fs::read(&precompiled) {
+            Ok(artifact) => artifact,
+            Err(e) if has_compiler => {
+                println!(
+                    "cargo:warning=no precompiled guest ({}: {e}); the guest is compiled on first use",
+                    precompiled.display()
+                );
+                Vec::new()
+            }
+            Err(e) => panic!(
+                "quickcell: without the `compiler` feature the binary runs only the precompiled \
+                 guest, and {} cannot be read: {e}",
+                precompiled.display()
+            ),
+        }
     } else {
         Vec::new()
     };
+    // A binary that can neither compile nor load its artifact would fail at
+    // its first cell: refuse to build it.
+    if !has_compiler {
+        if artifact.is_empty() {
+            panic!(
+                "quickcell: the `compiler` feature is needed on {arch}-{os}: there is no \
+                 precompiled guest for it"
+            );
+        }
+        if env::var_os("QUICKCELL_GUEST_WASM").is_some() {
+            panic!(
+                "quickcell: QUICKCELL_GUEST_WASM needs the `compiler` feature: the precompiled \
+                 guest is made from the committed guest, not from that one"
+            );
+        }
+    }
     std::fs::write(out_dir.join("quickcell_guest.cwasm"), &artifact)
         .expect("write embedded precompiled guest");
+    let artifact_hex: String = Sha256::digest(&artifact)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    println!("cargo:rustc-env=QUICKCELL_PRECOMPILED_SHA256={artifact_hex}");
 }

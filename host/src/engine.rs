@@ -33,9 +33,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use sha2::{Digest, Sha256};
 #[cfg(feature = "compiler")]
 use std::hash::{Hash, Hasher};
-#[cfg(feature = "compiler")]
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use wasmtime::{
@@ -59,6 +57,10 @@ pub(crate) const GUEST_WASM: &[u8] =
 /// what this Wasmtime makes of [`GUEST_WASM`].
 pub(crate) const PRECOMPILED_GUEST: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.cwasm"));
+
+/// SHA-256 of [`PRECOMPILED_GUEST`], hex encoded: names its copy in the
+/// module cache.
+const PRECOMPILED_SHA256: &str = env!("QUICKCELL_PRECOMPILED_SHA256");
 
 /// First bytes of [`PRECOMPILED_GUEST`] (format version 1).
 pub(crate) const ARTIFACT_MAGIC: &[u8; 8] = b"qcpre\0v1";
@@ -153,6 +155,9 @@ pub(crate) struct SharedEngine {
     /// The guest's shadow stack: `[initial SP − GUEST_STACK_BYTES, initial
     /// SP)`. Below the stack pointer, between calls, it holds nothing live.
     pub stack: std::ops::Range<usize>,
+    /// What snapshots are keyed by ([`SharedEngine::image_key`]), made at
+    /// the first checkpoint or restore.
+    image_key: std::sync::OnceLock<[u8; 32]>,
     /// Where the pre-initialized module came from.
     pub origin: GuestOrigin,
     /// The image pages a cell writes on its way from start to end, learned
@@ -281,6 +286,24 @@ impl SharedEngine {
         Ok(FreshInstance { store, exports })
     }
 
+    /// The key snapshots are taken and restored under: SHA-256 over the
+    /// guest's hash, the pre-initialized memory image and the initial stack
+    /// pointer. Snapshots are deltas against that image, so a process
+    /// whose image differs (another guest, or the same guest pre-initialized
+    /// otherwise: another host version) must refuse them, whichever way
+    /// (embedded artifact, cache, compiler) each process got its module.
+    /// Hashed once per process, at its first checkpoint or restore (~1 ms per
+    /// MiB of image), not at start.
+    pub(crate) fn image_key(&self) -> [u8; 32] {
+        *self.image_key.get_or_init(|| {
+            let mut digest = sha2::Sha256::new();
+            sha2::Digest::update(&mut digest, guest_hash());
+            sha2::Digest::update(&mut digest, (self.stack.end as u64).to_le_bytes());
+            sha2::Digest::update(&mut digest, &self.memory_image);
+            sha2::Digest::finalize(digest).into()
+        })
+    }
+
     /// Learns [`SharedEngine::hot_pages`] from the memory of a fresh cell
     /// that completed, unless already learned.
     pub(crate) fn learn_hot_pages(&self, memory: &[u8]) {
@@ -383,7 +406,6 @@ pub fn module_cache_dir() -> PathBuf {
 /// Whether `meta` (of the cache directory or an entry, not following
 /// symbolic links) could only have been written by the current user: owned
 /// by them, no write bit for group or others, and not a symbolic link.
-#[cfg(feature = "compiler")]
 fn cache_trusted(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     !meta.file_type().is_symlink()
@@ -396,7 +418,6 @@ fn cache_trusted(meta: &std::fs::Metadata) -> bool {
 /// others may write (a `umask 002` leaves it so) is made 0700 first: files
 /// others put there are not theirs to pass off as ours, since every entry
 /// is checked for its owner and mode too.
-#[cfg(feature = "compiler")]
 fn cache_dir_trusted(dir: &Path) -> bool {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
@@ -433,7 +454,7 @@ impl SharedEngine {
         guest_abi::add_to_linker(&mut linker)?;
 
         let embedded = match precompiled {
-            Some(artifact) => load_precompiled(&engine, artifact),
+            Some(artifact) => load_precompiled(&engine, artifact, Some(PRECOMPILED_SHA256)),
             None => Err(anyhow!("QUICKCELL_IGNORE_PRECOMPILED is set")),
         };
         let (module, origin) = match embedded {
@@ -461,6 +482,7 @@ impl SharedEngine {
             initial_memory_bytes,
             memory_image,
             stack,
+            image_key: std::sync::OnceLock::new(),
             origin,
             hot_pages: std::sync::OnceLock::new(),
             standby: Mutex::new(None),
@@ -472,7 +494,12 @@ impl SharedEngine {
 /// A store with placeholder [`CellState`] (no deadline) and unlimited
 /// fuel, yielding every [`YIELD_FUEL`].
 fn unlimited_store(engine: &Engine) -> Result<Store<CellState>> {
-    let mut store = Store::new(engine, CellState::for_preinit());
+    store_with(engine, CellState::placeholder())
+}
+
+/// A store with `state`, unlimited fuel, yielding every [`YIELD_FUEL`].
+fn store_with(engine: &Engine, state: CellState) -> Result<Store<CellState>> {
+    let mut store = Store::new(engine, state);
     store.fuel_async_yield_interval(Some(YIELD_FUEL))?;
     store.set_fuel(u64::MAX)?;
     Ok(store)
@@ -501,7 +528,15 @@ async fn read_memory_image(
 
 /// The module in `artifact` (the format of [`PRECOMPILED_GUEST`]) if it was
 /// made from this build's guest and fits `engine` and this CPU; else why not.
-fn load_precompiled(engine: &Engine, artifact: &[u8]) -> Result<Module> {
+///
+/// With `cache_name` (the artifact's SHA-256), the module is mapped from
+/// its copy in the module cache, written there on first use: Wasmtime backs
+/// the memory image of a module mapped from a file with the file itself,
+/// while one deserialized from bytes gets its image copied into fresh
+/// memory in every process (measured: a warm `quickcell exec` took ~25 ms
+/// from the bytes, ~14 ms from the file). Where the cache cannot be
+/// written, the bytes are used.
+fn load_precompiled(engine: &Engine, artifact: &[u8], cache_name: Option<&str>) -> Result<Module> {
     if artifact.is_empty() {
         bail!("this build embeds no precompiled guest for its target");
     }
@@ -514,11 +549,30 @@ fn load_precompiled(engine: &Engine, artifact: &[u8]) -> Result<Module> {
     if made_from != guest_hash() {
         bail!("the embedded artifact was made from another guest than the one this build carries");
     }
+    if let Some(name) = cache_name {
+        let path =
+            module_cache_dir().join(format!("embedded-{}.cwasm", &name[..24.min(name.len())]));
+        if let Some(module) = load_cached(engine, &path) {
+            return Ok(module);
+        }
+        match write_cache_entry(&path, module) {
+            Ok(()) => {
+                if let Some(module) = load_cached(engine, &path) {
+                    return Ok(module);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot copy the precompiled guest into the module cache; loading it from memory")
+            }
+        }
+    }
     // SAFETY: the bytes are part of this binary: `Engine::precompile_module`
     // output for this engine configuration and guest (checked by the test
-    // `guest_artifact::the_embedded_artifact_is_the_committed_guest_precompiled`).
-    // Wasmtime checks the header, its version, the configuration, and that
-    // this CPU has every feature the code uses before running any of it.
+    // `guest::the_embedded_artifact_is_the_committed_guest_precompiled`).
+    // Wasmtime checks the header, its major version (the exact version is
+    // pinned in Cargo.toml, and the test fails on any other output), the
+    // configuration, and that this CPU has every feature the code uses,
+    // before running any of it.
     unsafe { Module::deserialize(engine, module) }
         .map_err(|e| anyhow!("Wasmtime refuses the embedded artifact: {e:#}"))
 }
@@ -597,7 +651,6 @@ fn cache_key(engine: &Engine) -> String {
         .collect()
 }
 
-#[cfg(feature = "compiler")]
 fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent()?;
@@ -636,10 +689,21 @@ fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
 
 #[cfg(feature = "compiler")]
 fn store_cached(module: &Module, path: &Path) {
+    let written = module
+        .serialize()
+        .map_err(|e| anyhow!("{e}"))
+        .and_then(|bytes| write_cache_entry(path, &bytes));
+    if let Err(e) = written {
+        tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache");
+    }
+}
+
+/// Writes a module cache entry: 0600 in a trusted directory made 0700,
+/// whole or not at all (written aside, then renamed).
+fn write_cache_entry(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     let write = || -> Result<()> {
-        let bytes = module.serialize()?;
         let dir = path.parent().context("cache path has no parent")?;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -658,21 +722,23 @@ fn store_cached(module: &Module, path: &Path) {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        file.write_all(&bytes)?;
+        let written = file.write_all(bytes);
         drop(file);
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
         std::fs::rename(&tmp, path)?;
         Ok(())
     };
-    if let Err(e) = write() {
-        tracing::warn!(path = %path.display(), error = %e, "cannot write the module cache");
-    }
+    write()
 }
 
 /// Runs the guest's initialization once under wasmtime-wizer; returns the
 /// pre-initialized module's bytes.
 #[cfg(feature = "compiler")]
 async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Vec<u8>> {
-    let mut store = unlimited_store(engine)?;
+    let mut store = store_with(engine, CellState::for_preinit())?;
     let wizer = wasmtime_wizer::Wizer::new();
     let initialized = wizer
         .run(&mut store, GUEST_WASM, async |store, module| {
@@ -696,7 +762,7 @@ mod tests {
     }
 
     fn refusal(engine: &Engine, artifact: &[u8]) -> String {
-        match load_precompiled(engine, artifact) {
+        match load_precompiled(engine, artifact, None) {
             Ok(_) => panic!("an unfit artifact was loaded"),
             Err(e) => format!("{e:#}"),
         }
@@ -712,7 +778,7 @@ mod tests {
             return;
         }
         let engine = Engine::new(&engine_config()).unwrap();
-        load_precompiled(&engine, PRECOMPILED_GUEST).expect("the embedded artifact fits");
+        load_precompiled(&engine, PRECOMPILED_GUEST, None).expect("the embedded artifact fits");
 
         assert!(refusal(&engine, &[]).contains("embeds no precompiled guest"));
         assert!(refusal(&engine, &with_header(b"qcpre\0v0")).contains("does not start with"));

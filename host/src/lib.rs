@@ -88,7 +88,7 @@ pub use tools::mcp::{McpServerConfig, McpTransport};
 pub mod catalog {
     pub use quickcell_catalog::{
         Catalog, CatalogError, CatalogMode, ErrorKind, Policy, SearchLimits, SourceCounts,
-        SourceKind, Telemetry, ToolSpec,
+        SourceKind, Telemetry, ToolSpec, MAX_POLICY_PATTERNS, MAX_POLICY_PATTERN_BYTES,
     };
 }
 
@@ -219,7 +219,11 @@ pub mod testing {
                     .expect("a runtime");
             }
             let registry = crate::ToolRegistry::new();
-            let tools = Arc::new(CellTools::new(registry.catalog(), &registry));
+            let tools = Arc::new(CellTools::new(
+                registry.catalog(),
+                &registry,
+                crate::Limits::default().guest_search_limits(),
+            ));
             let state: Arc<dyn crate::store::StateStore> =
                 Arc::new(crate::store::MemoryStateStore::default());
             RUNTIME.with(|rt| {

@@ -75,7 +75,12 @@ impl StateArgs {
 #[derive(Args)]
 struct WaitArgs {
     /// The run id a `waiting` result gave (`cm_…`).
-    run_id: String,
+    #[arg(required_unless_present = "input", conflicts_with = "input")]
+    run_id: Option<String>,
+    /// The whole `wait` input object of the contract (`{"runId": …}`), as
+    /// JSON text, `@FILE`, or `-` for standard input.
+    #[arg(long, value_name = "JSON|@FILE|-")]
+    input: Option<String>,
     #[command(flatten)]
     catalog: CatalogArgs,
     #[command(flatten)]
@@ -155,7 +160,18 @@ struct ExecArgs {
     /// Read the source from standard input (`-`).
     #[arg(value_name = "-", value_parser = ["-"])]
     stdin: Option<String>,
+    /// The whole `exec` input object of the contract (`title`, `code` or
+    /// `command`, `restartSafe`, `awaitResults`; retired fields are
+    /// rejected as the contract says), as JSON text, `@FILE`, or `-` for
+    /// standard input. Replaces the source and title flags.
+    #[arg(long, value_name = "JSON|@FILE|-", conflicts_with_all = ["code", "file", "stdin", "title"])]
+    input: Option<String>,
 }
+
+/// Most bytes an `--input` may have: a cell's largest source, escaped in
+/// JSON (`\uXXXX` is six bytes a character), with room for the other
+/// fields.
+const MAX_INPUT_BYTES: usize = 8 * quickcell::MAX_SOURCE_BYTES;
 
 fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("quickcell: {message}");
@@ -223,8 +239,13 @@ async fn search(args: SearchArgs) -> ExitCode {
 
 fn tools(args: CatalogArgs) -> ExitCode {
     match load(&args) {
-        Ok((_, registry)) => {
-            println!("{}", registry.catalog().directory());
+        Ok((config, registry)) => {
+            if let Err(e) = config.policy.check() {
+                return usage_error(e);
+            }
+            let mut catalog = registry.catalog();
+            catalog.set_policy(config.policy);
+            println!("{}", catalog.directory());
             ExitCode::SUCCESS
         }
         Err(e) => usage_error(e),
@@ -251,7 +272,8 @@ async fn runtime_from(
         .limits(config.limits)
         .host_limits(config.host)
         .tools(registry)
-        .mcp_servers(config.mcp_servers);
+        .mcp_servers(config.mcp_servers)
+        .policy(config.policy);
     if let Some(state) = state {
         builder = builder.state_dir(&state.state_dir);
     }
@@ -284,7 +306,36 @@ async fn report(runtime: &Runtime, result: CellResult) -> ExitCode {
 /// byte more than [`quickcell::MAX_SOURCE_BYTES`]: a longer source is a
 /// usage error, and the rest is never read.
 fn read_source(path: &std::path::Path) -> Result<String, ExitCode> {
-    let limit = quickcell::MAX_SOURCE_BYTES as u64 + 1;
+    read_text(path, quickcell::MAX_SOURCE_BYTES, "the source")
+}
+
+/// An `--input` argument: JSON text, `@FILE` or `-` (standard input), at
+/// most [`MAX_INPUT_BYTES`], parsed as a JSON object. Anything else is a
+/// usage error; whether the object is a valid input is the contract's
+/// concern (a failed result, as over MCP).
+fn read_input(spec: &str) -> Result<serde_json::Value, ExitCode> {
+    let text = if spec == "-" {
+        read_text(Path::new("-"), MAX_INPUT_BYTES, "the input")?
+    } else if let Some(path) = spec.strip_prefix('@') {
+        read_text(Path::new(path), MAX_INPUT_BYTES, "the input")?
+    } else if spec.len() > MAX_INPUT_BYTES {
+        return Err(usage_error(format!(
+            "--input is over {MAX_INPUT_BYTES} bytes, the most it may have"
+        )));
+    } else {
+        spec.to_string()
+    };
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) if value.is_object() => Ok(value),
+        Ok(_) => Err(usage_error("--input must be a JSON object")),
+        Err(e) => Err(usage_error(format!("--input is not JSON: {e}"))),
+    }
+}
+
+/// Reads UTF-8 text from a file or standard input (`-`), at most one byte
+/// more than `max`: longer is a usage error, and the rest is never read.
+fn read_text(path: &Path, max: usize, what: &str) -> Result<String, ExitCode> {
+    let limit = max as u64 + 1;
     let (reader, shown): (Box<dyn Read>, String) = if path.as_os_str() == "-" {
         (Box::new(std::io::stdin()), "standard input".to_string())
     } else {
@@ -299,8 +350,7 @@ fn read_source(path: &std::path::Path) -> Result<String, ExitCode> {
         .map_err(|e| usage_error(format!("cannot read {shown}: {e}")))?;
     if bytes.len() as u64 >= limit {
         return Err(usage_error(format!(
-            "the source in {shown} is over {} bytes, the most a cell may have",
-            quickcell::MAX_SOURCE_BYTES
+            "{what} in {shown} is over {max} bytes, the most it may have"
         )));
     }
     String::from_utf8(bytes)
@@ -308,6 +358,18 @@ fn read_source(path: &std::path::Path) -> Result<String, ExitCode> {
 }
 
 async fn exec(args: ExecArgs) -> ExitCode {
+    if let Some(spec) = &args.input {
+        let input = match read_input(spec) {
+            Ok(input) => input,
+            Err(code) => return code,
+        };
+        let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let result = runtime.exec_json_as(Some(args.state.owner()), &input).await;
+        return report(&runtime, result).await;
+    }
     let source = match (&args.code, &args.file, &args.stdin) {
         (Some(code), _, _) => code.clone(),
         (None, Some(path), _) => match read_source(path) {
@@ -336,12 +398,19 @@ async fn exec(args: ExecArgs) -> ExitCode {
 }
 
 async fn wait(args: WaitArgs) -> ExitCode {
+    let input = match (&args.input, &args.run_id) {
+        (Some(spec), _) => match read_input(spec) {
+            Ok(input) => input,
+            Err(code) => return code,
+        },
+        (None, Some(run_id)) => serde_json::json!({ "runId": run_id }),
+        (None, None) => return usage_error("give the run id, or --input"),
+    };
     let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
         Ok(r) => r,
         Err(code) => return code,
     };
-    let input = WaitInput::new(args.run_id).with_owner(args.state.owner());
-    let result = runtime.wait(input).await;
+    let result = runtime.wait_json_as(Some(args.state.owner()), &input).await;
     report(&runtime, result).await
 }
 

@@ -11,7 +11,7 @@ use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
 use crate::store::{MemoryStateStore, Owner, StateStore};
 use crate::tools::mcp::{McpClients, McpServerConfig};
-use quickcell_catalog::Catalog;
+use quickcell_catalog::{Catalog, Policy};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -45,6 +45,7 @@ pub struct RuntimeBuilder {
     mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
     state_store: Option<Arc<dyn StateStore>>,
+    policy: Policy,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -56,6 +57,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("mcp_servers", &self.mcp_servers)
             .field("state_dir", &self.state_dir)
             .field("state_store", &self.state_store.as_ref().map(|_| ".."))
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -77,6 +79,21 @@ impl RuntimeBuilder {
     /// Offers these tools to cells (see [`ToolRegistry`]).
     pub fn tools(mut self, tools: ToolRegistry) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Limits the tools cells may see and call (operations.md §3.3, fail
+    /// closed): a tool outside `allow` (when given) or inside `deny` is
+    /// never indexed, listed, hinted, installed as a global, found,
+    /// described or called; a call to a tool inside `approve` needs an
+    /// approval, and a runtime with no way to ask denies it with a
+    /// catchable `tool_error` naming the pattern. Patterns are globs (`*`)
+    /// over a host or client tool's name, or `<server>.<tool>` for an MCP
+    /// tool. A list longer than [`crate::catalog::MAX_POLICY_PATTERNS`], or
+    /// a pattern longer than [`crate::catalog::MAX_POLICY_PATTERN_BYTES`],
+    /// fails [`build`](Self::build) with [`Error::Config`].
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = policy;
         self
     }
 
@@ -135,6 +152,7 @@ impl RuntimeBuilder {
                 server.name
             )));
         }
+        self.policy.check().map_err(Error::Config)?;
         let shared = engine::shared()
             .await
             .map_err(|e| Error::runtime_unavailable("cannot start the engine", e))?;
@@ -150,7 +168,13 @@ impl RuntimeBuilder {
                 self.tools.add_mcp(server.connection.name(), tool);
             }
         }
-        let cell_tools = Arc::new(CellTools::new(self.tools.catalog(), &self.tools));
+        let mut catalog = self.tools.catalog();
+        catalog.set_policy(std::mem::take(&mut self.policy));
+        let cell_tools = Arc::new(CellTools::new(
+            catalog,
+            &self.tools,
+            self.limits.guest_search_limits(),
+        ));
         Ok(Runtime {
             shared,
             limits: self.limits,
@@ -329,12 +353,10 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         self.wait_json_as(None, args).await
     }
 
-    /// [`Runtime::wait_json`] for `owner` (the input's default owner when `None`).
-    pub(crate) async fn wait_json_as(
-        &self,
-        owner: Option<Owner>,
-        args: &serde_json::Value,
-    ) -> CellResult {
+    /// [`Runtime::wait_json`] for `owner` (the input's default owner when
+    /// `None`): what a front end that knows the caller's session calls with
+    /// the caller's raw arguments.
+    pub async fn wait_json_as(&self, owner: Option<Owner>, args: &serde_json::Value) -> CellResult {
         match WaitInput::from_json(args) {
             Ok(input) => match owner {
                 Some(owner) => self.wait(input.with_owner(owner)).await,
@@ -360,12 +382,10 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         self.exec_json_as(None, args).await
     }
 
-    /// [`Runtime::exec_json`] for `owner` (the input's default owner when `None`).
-    pub(crate) async fn exec_json_as(
-        &self,
-        owner: Option<Owner>,
-        args: &serde_json::Value,
-    ) -> CellResult {
+    /// [`Runtime::exec_json`] for `owner` (the input's default owner when
+    /// `None`): what a front end that knows the caller's session calls with
+    /// the caller's raw arguments.
+    pub async fn exec_json_as(&self, owner: Option<Owner>, args: &serde_json::Value) -> CellResult {
         match ExecInput::from_json(args) {
             Ok(input) => match owner {
                 Some(owner) => self.exec(input.with_owner(owner)).await,

@@ -98,3 +98,32 @@ fn cli_tools_prints_the_directory() {
         "Available deferred-schema tools: none."
     );
 }
+
+/// `catalog.search` in a cell takes its default and cap from `[limits]`
+/// (`search_default_limit`, `max_search_limit`; defaults 8 and 50), not
+/// from Tool Search's (8 and 20). Obeyed: asking for 50 of 60 matching
+/// tools gives 50; violated: asking for more gives the cap, and a lowered
+/// cap and default are obeyed.
+#[tokio::test]
+async fn catalog_search_in_cells_obeys_the_search_limits() {
+    let tools: Vec<_> = (0..60)
+        .map(|i| crate::bridge::t(&format!("ledger_entry_{i}"), "Post a ledger entry"))
+        .collect();
+    let counts = "return [(await catalog.search('ledger entry')).length, \
+                  (await catalog.search('ledger entry', {limit: 50})).length, \
+                  (await catalog.search('ledger entry', {limit: 500})).length, \
+                  (await catalog.search('ledger entry', {limit: 3})).length];";
+    let (rt, _) = crate::bridge::runtime_with(tools, Limits::default()).await;
+    let result = rt.exec(ExecInput::new("search limits", counts)).await;
+    assert_eq!(crate::value(&result), serde_json::json!([8, 50, 50, 3]));
+
+    let tools: Vec<_> = (0..60)
+        .map(|i| crate::bridge::t(&format!("ledger_entry_{i}"), "Post a ledger entry"))
+        .collect();
+    let lowered = Limits::default()
+        .with_max_search_limit(10)
+        .with_search_default_limit(4);
+    let (rt, _) = crate::bridge::runtime_with(tools, lowered).await;
+    let result = rt.exec(ExecInput::new("search limits", counts)).await;
+    assert_eq!(crate::value(&result), serde_json::json!([4, 10, 10, 3]));
+}

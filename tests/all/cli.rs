@@ -407,3 +407,119 @@ fn sessions_scope_the_store_and_who_may_wait() {
     assert_eq!(v["value"], "missing");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `exec --input` and `wait --input` take the contract's whole input object
+/// as JSON text, `@FILE` or `-`; the contract's rules apply to it as over
+/// MCP (a failed result, exit 1), while input that is not a JSON object is
+/// a usage error (exit 2).
+#[test]
+fn exec_and_wait_take_the_whole_contract_input() {
+    let dir = scratch();
+    let state = dir.join("state");
+    let state = state.to_str().unwrap();
+    let exec_input = |input: &str| run_json(&["exec", "--state-dir", state, "--input", input]);
+
+    // `command` is the alias of `code`; `restartSafe` is accepted.
+    let (status, v, _) =
+        exec_input(r#"{"title":"alias","command":"return 6 * 7","restartSafe":true}"#);
+    assert_eq!((status, v["value"].clone()), (0, Value::from(42)), "{v}");
+
+    // `awaitResults`: a yield resolves at once instead of parking.
+    let yielding = r#"{"title":"yields","code":"await yield_control(); return 'went on'","awaitResults":true}"#;
+    let (status, v, _) = exec_input(yielding);
+    assert_eq!(
+        (status, v["value"].clone()),
+        (0, Value::from("went on")),
+        "{v}"
+    );
+    let parks = r#"{"title":"yields","code":"await yield_control(); return 'resumed'"}"#;
+    let (status, v, _) = exec_input(parks);
+    assert_eq!(status, 3, "{v}");
+    let run_id = v["runId"].as_str().unwrap().to_string();
+
+    // `wait --input` from a file.
+    let file = dir.join("wait.json");
+    std::fs::write(&file, format!(r#"{{"runId":"{run_id}"}}"#)).unwrap();
+    let (status, v, _) = run_json(&[
+        "wait",
+        "--state-dir",
+        state,
+        "--input",
+        &format!("@{}", file.display()),
+    ]);
+    assert_eq!(
+        (status, v["value"].clone()),
+        (0, Value::from("resumed")),
+        "{v}"
+    );
+
+    // From standard input.
+    let mut child = quickcell()
+        .args(["exec", "--state-dir", state, "--input", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"title":"stdin","code":"return 'piped'"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["value"], "piped");
+
+    // The contract's rules: retired fields, mismatched aliases, bad flags.
+    let (status, v, _) = exec_input(r#"{"title":"t","code":"return 1","language":"typescript"}"#);
+    assert_eq!(
+        (status, v["code"].clone()),
+        (1, Value::from("invalid_input"))
+    );
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Code Mode accepts JavaScript only."),
+        "{v}"
+    );
+    let (status, v, _) = exec_input(r#"{"title":"t","code":"1","command":"2"}"#);
+    assert_eq!(status, 1);
+    assert_eq!(
+        v["error"],
+        "code and command must match when both are provided."
+    );
+    let (status, v, _) = exec_input(r#"{"title":"t","code":"1","awaitResults":"yes"}"#);
+    assert_eq!(status, 1);
+    assert_eq!(v["error"], "awaitResults must be a boolean.");
+    let (status, v, _) = run_json(&["wait", "--state-dir", state, "--input", r#"{"runId":" "}"#]);
+    assert_eq!(status, 1);
+    assert_eq!(v["error"], "runId must be a non-empty string.");
+
+    // Not a JSON object: usage errors, nothing runs.
+    for (bad, needle) in [
+        ("{\"title\":", "--input is not JSON"),
+        ("[1, 2]", "--input must be a JSON object"),
+        (
+            "@/nonexistent/input.json",
+            "cannot read /nonexistent/input.json",
+        ),
+    ] {
+        let (status, _, stderr) = exec_input(bad);
+        assert_eq!(status, 2, "{bad}");
+        assert!(stderr.contains(needle), "{bad}: {stderr}");
+    }
+    let huge = format!(r#"{{"title":"t","code":"{}"}}"#, "x".repeat(8 * 256 * 1024));
+    let big = dir.join("big.json");
+    std::fs::write(&big, huge).unwrap();
+    let (status, _, stderr) = exec_input(&format!("@{}", big.display()));
+    assert_eq!(status, 2);
+    assert!(stderr.contains("is over 2097152 bytes"), "{stderr}");
+    // Flags and --input do not mix.
+    let out = quickcell()
+        .args(["exec", "--input", "{}", "--code", "return 1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).ok();
+}

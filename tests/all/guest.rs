@@ -10,8 +10,9 @@ const HAS_ARTIFACT: bool = cfg!(all(target_arch = "x86_64", target_os = "linux")
 /// The committed artifact is exactly what this Wasmtime makes of the
 /// committed guest: it matches the source (the guest module, checked
 /// against a build from source by `scripts/build-guest --check`) and the
-/// engine (configuration and Wasmtime version). With `QUICKCELL_BLESS=1`
-/// (what `scripts/refresh-guest` runs) it writes the artifact instead.
+/// engine (configuration and Wasmtime version). With `QUICKCELL_BLESS=FILE`
+/// (what `scripts/refresh-guest` runs) it writes the artifact to FILE
+/// (relative to the repository) instead.
 #[tokio::test]
 async fn the_embedded_artifact_is_the_committed_guest_precompiled() {
     if !HAS_ARTIFACT {
@@ -20,8 +21,8 @@ async fn the_embedded_artifact_is_the_committed_guest_precompiled() {
     let made = quickcell::testing::make_precompiled_guest().await.unwrap();
     let committed =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("prebuilt/quickcell_guest.x86_64-linux.cwasm");
-    if std::env::var_os("QUICKCELL_BLESS").is_some() {
-        std::fs::write(&committed, &made).unwrap();
+    if let Some(file) = std::env::var_os("QUICKCELL_BLESS") {
+        std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join(file), &made).unwrap();
         return;
     }
     let again = quickcell::testing::make_precompiled_guest().await.unwrap();
@@ -55,18 +56,25 @@ fn exec_on_a_fresh_machine(home: &Path, extra_env: &[(&str, &str)]) -> Output {
     command.output().unwrap()
 }
 
-/// Compiled modules the cache of `home` holds.
-fn cached_modules(home: &Path) -> usize {
-    std::fs::read_dir(home.join(".cache/quickcell"))
-        .map(|entries| entries.count())
-        .unwrap_or(0)
+/// The names of the module cache entries of `home`, sorted.
+fn cached_modules(home: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(home.join(".cache/quickcell"))
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
-/// Obeyed: the first cell on a fresh machine deserializes the embedded
-/// guest and compiles nothing (the module cache stays empty). Violated:
-/// where the artifact does not fit (simulated with
-/// QUICKCELL_IGNORE_PRECOMPILED), the guest is compiled, cached, and the
-/// reason is logged at debug level.
+/// Obeyed: the first cell on a fresh machine loads the embedded guest and
+/// compiles nothing: the module cache gets only the embedded artifact's
+/// copy (`embedded-*.cwasm`, mapped from there by later processes), and
+/// the next process uses it. Violated: where the artifact does not fit
+/// (simulated with QUICKCELL_IGNORE_PRECOMPILED), the guest is compiled,
+/// cached (`guest-*.cwasm`), and the reason is logged at debug level.
 #[test]
 fn the_first_cell_on_a_fresh_machine_compiles_nothing() {
     if !HAS_ARTIFACT {
@@ -84,7 +92,25 @@ fn the_first_cell_on_a_fresh_machine_compiles_nothing() {
         stderr.contains("loaded the precompiled guest embedded in the binary"),
         "{stderr}"
     );
-    assert_eq!(cached_modules(&home), 0, "nothing was compiled");
+    let cached = cached_modules(&home);
+    assert!(
+        cached.len() == 1 && cached[0].starts_with("embedded-"),
+        "nothing was compiled: {cached:?}"
+    );
+    let copy = home.join(".cache/quickcell").join(&cached[0]);
+    let embedded = quickcell::testing::precompiled_guest();
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        embedded[8 + 32..],
+        "the copy is the embedded module"
+    );
+    let out = exec_on_a_fresh_machine(&home, &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        cached_modules(&home),
+        cached,
+        "the next process maps the copy"
+    );
 
     let out = exec_on_a_fresh_machine(&home, &[("QUICKCELL_IGNORE_PRECOMPILED", "1")]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -96,6 +122,10 @@ fn the_first_cell_on_a_fresh_machine_compiles_nothing() {
             && stderr.contains("QUICKCELL_IGNORE_PRECOMPILED is set"),
         "{stderr}"
     );
-    assert_eq!(cached_modules(&home), 1, "the compiled guest was cached");
+    let cached = cached_modules(&home);
+    assert!(
+        cached.len() == 2 && cached[1].starts_with("guest-"),
+        "the compiled guest was cached: {cached:?}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }

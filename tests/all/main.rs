@@ -14,6 +14,7 @@ mod limits;
 mod mcp;
 mod mcp_client;
 mod output;
+mod policy;
 mod source;
 mod store;
 mod suspend;

@@ -30,6 +30,11 @@ async fn syntax_errors_report_user_positions() {
     );
     let e = rejected("import.meta.url").await;
     assert!(
+        e.starts_with("SyntaxError at quickcell:user.js:1:1: "),
+        "{e}"
+    );
+    let e = rejected("return import.meta").await;
+    assert!(
         e.starts_with("SyntaxError at quickcell:user.js:1:8: "),
         "{e}"
     );

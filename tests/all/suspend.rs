@@ -178,6 +178,36 @@ async fn unknown_blank_and_expired_run_ids() {
     assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
 }
 
+/// The unknown-run error tells how to poll a shell's background session
+/// only when the catalog has a tool named `process` (contract §4's message
+/// catalogue), and never mentions `process` otherwise.
+#[tokio::test]
+async fn unknown_run_guidance_names_process_only_when_the_catalog_has_it() {
+    let unknown = WaitInput::new("proc_4242");
+    let (rt, _) = crate::bridge::runtime_with(
+        vec![crate::bridge::t(
+            "process",
+            "Manage background shell sessions",
+        )],
+        Limits::default(),
+    )
+    .await;
+    let error = failed(&rt.wait(unknown.clone()).await).error.clone();
+    assert!(
+        error.starts_with("code mode run is unavailable or expired. ")
+            && error.contains("`process` tool (action \"poll\")")
+            && error.contains("not with `wait`"),
+        "{error}"
+    );
+    let (rt, _) = crate::bridge::runtime_with(
+        vec![crate::bridge::t("processes", "List processes")],
+        Limits::default(),
+    )
+    .await;
+    let error = failed(&rt.wait(unknown).await).error.clone();
+    assert_eq!(error, "code mode run is unavailable or expired.");
+}
+
 #[tokio::test]
 async fn a_run_within_its_ttl_resumes() {
     let rt = runtime(Limits::default().with_snapshot_ttl_seconds(5)).await;
@@ -366,6 +396,47 @@ async fn await_results_keeps_the_call_open() {
     input.await_results = true;
     let r = rt.exec(input).await;
     assert_eq!(value(&r), json!("slow"));
+}
+
+/// `[host] max_await_results_ms` bounds how long a required cell may wait
+/// off the VM in all. Obeyed: a 300 ms timer under a 1,000 ms bound
+/// completes (longer than the call's own 300 ms budget: waiting pauses the
+/// cell's clock). Violated: a 60 s timer fails with `timeout` at the bound,
+/// naming it, and the session can run its next cell.
+#[tokio::test]
+async fn await_results_waits_are_bounded_by_the_host() {
+    let rt = Runtime::builder()
+        .limits(Limits::default().with_timeout_ms(300))
+        .host_limits(quickcell::HostLimits::default().with_max_await_results_ms(1_000))
+        .build()
+        .await
+        .unwrap();
+    let mut input = exec("await new Promise((r) => setTimeout(r, 300)); return 'slept';");
+    input.await_results = true;
+    assert_eq!(value(&rt.exec(input).await), json!("slept"));
+
+    let started = std::time::Instant::now();
+    let mut input =
+        exec("text('before'); await new Promise((r) => setTimeout(r, 60_000)); return 'never';");
+    input.await_results = true;
+    let r = rt.exec(input).await;
+    let f = failed(&r);
+    assert_eq!(f.code, quickcell::ErrorCode::Timeout);
+    assert!(
+        f.error.contains("waited 1000 ms") && f.error.contains("max_await_results_ms"),
+        "{}",
+        f.error
+    );
+    assert_eq!(
+        texts(&r),
+        vec!["before"],
+        "output before the timeout is kept"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "ended at the bound, not the timer"
+    );
+    assert_eq!(value(&rt.exec(exec("return 1")).await), json!(1));
 }
 
 #[tokio::test]

@@ -158,7 +158,8 @@ pub use api_files::{mcp_declaration, tool_declaration, RESULTS_DTS};
 pub use catalog::{
     glob_match, param_text, sanitize_source_name, Catalog, CatalogBuilder, CatalogMode, Entry,
     McpServer, Policy, SearchLimits, SearchOptions, Source, SourceCounts, SourceKind, Telemetry,
-    ToolSpec, MAX_SEARCH_LIMIT, MCP_DESCRIPTION_UNITS,
+    ToolSpec, MAX_POLICY_PATTERNS, MAX_POLICY_PATTERN_BYTES, MAX_SEARCH_LIMIT,
+    MCP_DESCRIPTION_UNITS,
 };
 pub use error::{CatalogError, ErrorKind};
 pub use expand::{

@@ -50,6 +50,17 @@ pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &
             "invalid_input",
         ));
     };
+    if let Some(pattern) = tools.approval_pattern(&prepared.id) {
+        // No way to ask a person yet: fail closed (operations.md §3.4).
+        return Start::Settled(err(
+            id,
+            format!(
+                "Calling {} needs an approval (policy approve = \"{pattern}\"), and this host has no way to ask for one: the call was denied.",
+                prepared.display_name
+            ),
+            "tool_error",
+        ));
+    }
     // The catalog's mark: only trusted host tools carry it.
     let replay_safe = prepared.replay_safe;
     if restart_safe && !replay_safe {

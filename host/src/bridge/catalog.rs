@@ -5,7 +5,7 @@
 
 use super::settlement::{catalog_err, err, ok, ok_raw, Settlement};
 use crate::tools::{Tool, ToolSet};
-use quickcell_catalog::{Catalog, Projection, SourceKind};
+use quickcell_catalog::{Catalog, Projection, SearchLimits, SourceKind};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -32,6 +32,13 @@ pub(crate) struct CellTools {
     pub start_options: String,
     /// JSON array of the handles' metadata, in `toolNames` order.
     pub metas_json: String,
+    /// Default and cap of `catalog.search` in cells (`[limits]
+    /// search_default_limit` / `max_search_limit`).
+    pub search_limits: SearchLimits,
+    /// Whether the catalog has a tool named `process` (a shell's
+    /// background sessions): the unknown-run error then says how to poll
+    /// those, since models confuse their ids with run ids.
+    pub has_process_tool: bool,
 }
 
 impl CellTools {
@@ -48,7 +55,22 @@ impl CellTools {
         }
     }
 
-    pub(crate) fn new(catalog: Catalog, registry: &crate::registry::ToolRegistry) -> Self {
+    /// The policy's `approve` pattern the catalog entry `id` matches, if
+    /// any (its calls need an approval).
+    pub(crate) fn approval_pattern(&self, id: &str) -> Option<&str> {
+        let policy = self.catalog.policy();
+        if policy.approve.is_empty() {
+            return None;
+        }
+        let entry = self.catalog.get(id)?;
+        policy.needs_approval(entry.source(), entry.name(), entry.id())
+    }
+
+    pub(crate) fn new(
+        catalog: Catalog,
+        registry: &crate::registry::ToolRegistry,
+        search_limits: SearchLimits,
+    ) -> Self {
         let projection = catalog.callable_projection();
         let mcp_layout = catalog
             .mcp_servers()
@@ -70,6 +92,7 @@ impl CellTools {
         );
         let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
         let untrusted_source = untrusted_in_catalog(&catalog);
+        let has_process_tool = catalog.entries().iter().any(|e| e.name() == "process");
         Self {
             catalog: Arc::new(catalog),
             projection: Arc::new(projection),
@@ -79,6 +102,8 @@ impl CellTools {
             untrusted_source,
             start_options,
             metas_json,
+            search_limits,
+            has_process_tool,
         }
     }
 }
@@ -109,7 +134,12 @@ pub(crate) fn request(tools: &CellTools, id: u64, method: &str, args: &Value) ->
         "search" => {
             let query = args["query"].as_str().unwrap_or("");
             let limit = args.get("limit").filter(|v| !v.is_null());
-            let metas = tools.catalog.guest_search(&tools.projection, query, limit);
+            let metas = tools.catalog.guest_search_within(
+                &tools.projection,
+                query,
+                limit,
+                tools.search_limits,
+            );
             match serde_json::value::to_raw_value(&metas) {
                 Ok(raw) => ok_raw(id, raw),
                 Err(e) => err(

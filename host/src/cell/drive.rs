@@ -93,12 +93,31 @@ impl LiveCell {
                 }
             }
             let batch = if self.await_results {
-                // Waiting on tools pauses the clock of a required cell.
+                // Waiting on tools pauses the clock of a required cell, up
+                // to the host's bound on such waits in all.
+                let bound = Duration::from_millis(env.runs.limits.max_await_results_ms());
+                let allowance = bound.saturating_sub(self.awaited);
                 let waiting_since = process_nanos();
-                let batch = self.bridge.next_batch(None).await;
+                let batch = self
+                    .bridge
+                    .next_batch(Some(Instant::now() + allowance))
+                    .await;
                 let waited = process_nanos().saturating_sub(waiting_since);
+                self.awaited += Duration::from_nanos(waited);
                 let deadline = &mut self.store.data_mut().deadline_ns;
                 *deadline = deadline.saturating_add(waited);
+                if batch.is_none() {
+                    let ending = Ending::Failed {
+                        code: ErrorCode::Timeout,
+                        phase: FailurePhase::Bridge,
+                        error: format!(
+                            "{}: this awaitResults call waited {} ms for tool results, the most the host allows (max_await_results_ms)",
+                            crate::Error::Timeout,
+                            bound.as_millis()
+                        ),
+                    };
+                    return self.end(env, ending).await;
+                }
                 batch
             } else {
                 let park_at = self.park_at(env);

@@ -136,6 +136,9 @@ struct LiveCell {
     max_output: usize,
     restart_safe: bool,
     await_results: bool,
+    /// Time this call has waited off the VM with `await_results` on
+    /// (bounded by `HostLimits::max_await_results_ms`).
+    awaited: Duration,
     slot: Option<SlotGuard>,
     fuel_start: u64,
 }
@@ -247,19 +250,27 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         max_output,
         restart_safe: input.restart_safe,
         await_results: input.await_results,
+        awaited: Duration::ZERO,
         slot: None,
         fuel_start,
     };
     cell.drive(env, status).await
 }
 
+/// The unknown-run error's guidance when the catalog has a `process` tool
+/// (contract §4's message catalogue); never given otherwise.
+pub(crate) const PROCESS_GUIDANCE: &str = " If this id came from a background shell session, poll it with the `process` tool (action \"poll\"), not with `wait`.";
+
 /// The contract's message for a refused `wait`.
-fn refusal_message(refused: ClaimRefused) -> &'static str {
+fn refusal_message(refused: ClaimRefused, tools: &crate::bridge::CellTools) -> String {
     match refused {
-        ClaimRefused::Unavailable => "code mode run is unavailable or expired.",
-        ClaimRefused::OtherAgentRun => "code mode run belongs to a different agent run.",
-        ClaimRefused::OtherSession => "code mode run belongs to a different session.",
-        ClaimRefused::Busy => "code mode run is already being resumed.",
+        ClaimRefused::Unavailable if tools.has_process_tool => {
+            format!("code mode run is unavailable or expired.{PROCESS_GUIDANCE}")
+        }
+        ClaimRefused::Unavailable => "code mode run is unavailable or expired.".into(),
+        ClaimRefused::OtherAgentRun => "code mode run belongs to a different agent run.".into(),
+        ClaimRefused::OtherSession => "code mode run belongs to a different session.".into(),
+        ClaimRefused::Busy => "code mode run is already being resumed.".into(),
     }
 }
 
@@ -284,7 +295,7 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
             if let (Some(bridge), false) = (live, refused == ClaimRefused::Unavailable) {
                 env.runs.put_back(run_id, bridge);
             }
-            return input_failure(refusal_message(refused).to_string(), (env.telemetry)());
+            return input_failure(refusal_message(refused, env.tools), (env.telemetry)());
         }
         Err(e) => {
             if let Some(bridge) = live {

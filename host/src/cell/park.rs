@@ -85,7 +85,7 @@ impl LiveCell {
             dead: dead_stack,
             stack_pointer,
             host_state: &host_json,
-            guest_hash: crate::engine::guest_hash(),
+            guest_hash: env.shared.image_key(),
             max_payload_bytes: env.limits.max_snapshot_bytes() as usize,
         });
         let checkpointed = Instant::now();

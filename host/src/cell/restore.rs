@@ -32,7 +32,7 @@ pub(super) async fn restore(
         .limits
         .linear_memory_cap(env.shared.initial_memory_bytes)
         .min(crate::engine::POOL_MAX_MEMORY_BYTES);
-    let snapshot = snapshot::decode(&claimed.snapshot, crate::engine::guest_hash(), ceiling)
+    let snapshot = snapshot::decode(&claimed.snapshot, env.shared.image_key(), ceiling)
         .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
@@ -148,6 +148,7 @@ pub(super) async fn restore(
         restart_safe: host.restart_safe,
         // `wait` of a parked cell returns when the cell parks again.
         await_results: false,
+        awaited: Duration::ZERO,
         slot: None,
         fuel_start,
     };

@@ -17,6 +17,7 @@
 //! | `[http]` | `RawHttp` | [`HttpLimits`] |
 //! | `[[tools]]` | `RawTool` | [`CommandToolConfig`] |
 //! | `[workspace]` | `RawWorkspace` | [`Config::workspace_root`] |
+//! | `[policy]` | `RawPolicy` | [`crate::catalog::Policy`] |
 //! | `[mcp]`, `[mcp.servers.NAME]` | `RawMcp`, `RawServer` | [`McpServerConfig`] |
 //!
 //! A limit key (`[limits]`, `[host]`, the numbers of `[http]`) takes any
@@ -52,6 +53,17 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             Some(servers) => mcp_servers(text, servers)?,
             None => Vec::new(),
         },
+        policy: match raw.policy {
+            Some(policy) => {
+                let span = policy.span();
+                let policy = policy.into_inner().policy();
+                policy
+                    .check()
+                    .map_err(|message| Problem::at(text, span, message))?;
+                policy
+            }
+            None => quickcell_catalog::Policy::default(),
+        },
     })
 }
 
@@ -65,6 +77,26 @@ struct RawConfig {
     tools: Option<Tools>,
     workspace: Option<RawWorkspace>,
     mcp: Option<RawMcp>,
+    policy: Option<Spanned<RawPolicy>>,
+}
+
+/// `[policy]`: glob lists of tool names (`<server>.<tool>` for MCP tools).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawPolicy {
+    allow: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+    approve: Option<Vec<String>>,
+}
+
+impl RawPolicy {
+    fn policy(self) -> quickcell_catalog::Policy {
+        quickcell_catalog::Policy {
+            allow: self.allow,
+            deny: self.deny.unwrap_or_default(),
+            approve: self.approve.unwrap_or_default(),
+        }
+    }
 }
 
 /// `[limits]`.
@@ -116,6 +148,7 @@ struct RawHost {
     max_suspended_runs: Option<Setting>,
     max_suspended_runs_per_session: Option<Setting>,
     max_running_cells_per_session: Option<Setting>,
+    max_await_results_ms: Option<Setting>,
 }
 
 impl RawHost {
@@ -132,6 +165,10 @@ impl RawHost {
                 (
                     self.max_running_cells_per_session,
                     HostLimits::with_max_running_cells_per_session,
+                ),
+                (
+                    self.max_await_results_ms,
+                    HostLimits::with_max_await_results_ms,
                 ),
             ],
         )
@@ -688,9 +725,9 @@ mod tests {
         let tool =
             "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
         for (text, want) in [
-            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp"),
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
-            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session"),
+            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
             ("[workspace]\nroot = \"/\"\nroots = \"/\"\n", "line 3, column 1: unknown key `workspace.roots`; known keys: root"),
             (&format!("{tool}{tool}replay = true\n")[..], "line 11, column 1: tools[1]: unknown key `replay`; known keys: name, description, input_schema, output_schema, command, replay_safe, timeout_ms"),
@@ -759,5 +796,60 @@ mod tests {
         assert_eq!(config.host.max_suspended_runs_per_session(), 64);
         assert_eq!(config.http.max_sessions(), 1_024);
         assert_eq!(config.http.max_body_bytes(), 1_024);
+    }
+
+    #[test]
+    fn policy_table_is_read_and_checked() {
+        let config = super::parse(
+            "[policy]\nallow = [\"read\", \"fs.*\"]\ndeny = [\"fs.write*\"]\napprove = [\"fs.edit*\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.policy,
+            quickcell_catalog::Policy {
+                allow: Some(vec!["read".into(), "fs.*".into()]),
+                deny: vec!["fs.write*".into()],
+                approve: vec!["fs.edit*".into()],
+            }
+        );
+        assert_eq!(
+            super::parse("").unwrap().policy,
+            quickcell_catalog::Policy::default()
+        );
+        let e = error("[policy]\nblock = [\"x\"]\n");
+        assert!(e.contains("unknown key `policy.block`"), "{e}");
+        let e = error("[policy]\ndeny = \"x\"\n");
+        assert!(e.contains("line 2"), "{e}");
+        let many: Vec<String> = (0..300).map(|i| format!("\"t{i}\"")).collect();
+        let e = error(&format!("\n[policy]\napprove = [{}]\n", many.join(",")));
+        assert!(
+            e.contains("line 2") && e.contains("policy.approve has 300 patterns; at most 256"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn max_await_results_ms_is_read_and_clamped() {
+        let config = super::parse(
+            "[host]
+max_await_results_ms = 5000
+",
+        )
+        .unwrap();
+        assert_eq!(config.host.max_await_results_ms(), 5_000);
+        let config = super::parse(
+            "[host]
+max_await_results_ms = 1
+",
+        )
+        .unwrap();
+        assert_eq!(config.host.max_await_results_ms(), 100);
+        let config = super::parse(
+            "[host]
+max_await_results_ms = 0
+",
+        )
+        .unwrap();
+        assert_eq!(config.host.max_await_results_ms(), 600_000);
     }
 }

@@ -110,6 +110,14 @@ impl Limits {
     pub fn snapshot_ttl_seconds(&self) -> u64 {
         self.snapshot_ttl_seconds
     }
+    /// `catalog.search`'s default and cap in cells, as the catalog takes them.
+    pub(crate) fn guest_search_limits(&self) -> quickcell_catalog::SearchLimits {
+        quickcell_catalog::SearchLimits {
+            default_limit: self.search_default_limit as usize,
+            max_limit: self.max_search_limit as usize,
+        }
+    }
+
     /// Default `catalog.search` limit. Default 8; range 1–`max_search_limit`.
     pub fn search_default_limit(&self) -> u64 {
         self.search_default_limit
@@ -210,6 +218,7 @@ pub struct HostLimits {
     max_suspended_runs: u64,
     max_suspended_runs_per_session: u64,
     max_running_cells_per_session: u64,
+    max_await_results_ms: u64,
 }
 
 /// [`HostLimits::default`].
@@ -217,6 +226,7 @@ const HOST_LIMITS: HostLimits = HostLimits {
     max_suspended_runs: MAX_SUSPENDED_RUNS as u64,
     max_suspended_runs_per_session: 16,
     max_running_cells_per_session: 4,
+    max_await_results_ms: 600_000,
 };
 
 impl Default for HostLimits {
@@ -245,6 +255,15 @@ impl HostLimits {
     /// default 4; range 1–256 (the engine's instance pool).
     pub fn max_running_cells_per_session(&self) -> u64 {
         self.max_running_cells_per_session
+    }
+    /// How long an `exec` with `awaitResults: true` may wait off the VM
+    /// for tool results and timers, in all (contract §9.5 pauses the cell's
+    /// clock while it waits, so without this a long timer would hold the
+    /// call open as long as it liked). Past it the call fails with
+    /// `timeout`. Unit: milliseconds; scope: one `exec` call; default
+    /// 600,000 (10 minutes); range 100–86,400,000.
+    pub fn max_await_results_ms(&self) -> u64 {
+        self.max_await_results_ms
     }
 
     /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
@@ -276,6 +295,12 @@ impl HostLimits {
     pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
         self.max_running_cells_per_session =
             limit(n, HOST_LIMITS.max_running_cells_per_session, 1, 256);
+        self
+    }
+    /// Sets `max_await_results_ms` (clamped to 100–86,400,000; 0 → the
+    /// default).
+    pub fn with_max_await_results_ms(mut self, ms: u64) -> Self {
+        self.max_await_results_ms = limit(ms, HOST_LIMITS.max_await_results_ms, 100, 86_400_000);
         self
     }
 }
@@ -424,6 +449,9 @@ pub struct Config {
     /// `[mcp.servers.NAME]`: downstream MCP servers, in name order (see
     /// [`crate::tools::mcp`]).
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `[policy]`: which tools cells may see and call, and which calls need
+    /// an approval ([`crate::RuntimeBuilder::policy`]).
+    pub policy: quickcell_catalog::Policy,
 }
 
 impl Config {

@@ -193,8 +193,11 @@ impl wasmtime_wasi::HostWallClock for FrozenClock {
 /// The WASI context of the guest's pre-initialization: like
 /// [`sandboxed_wasi`], but its clocks are frozen and its random numbers
 /// fixed, so pre-initializing a guest always gives the same bytes (the
-/// precompiled artifact is checked byte for byte). Nothing of it survives
-/// into cells: each cell's `Math.random` is seeded afresh at its start.
+/// precompiled artifact is checked byte for byte). Cells never run with
+/// it. What the initialization baked in from it is the same in every
+/// process: clock readings taken during initialization are 0, and the keys
+/// of std's hash maps made then are a constant (as public as the binary);
+/// each cell seeds `Math.random` afresh at its start.
 fn preinit_wasi() -> WasiP1Ctx {
     use rand::SeedableRng as _;
     let mut builder = WasiCtxBuilder::new();
@@ -253,10 +256,18 @@ impl CellState {
         self.deadline_ns = deadline_ns;
     }
 
+    /// Placeholder state of a store whose instance has not run a cell yet
+    /// ([`crate::engine`]'s standby and image reads); replaced before the
+    /// first call.
+    pub(crate) fn placeholder() -> Self {
+        Self::new(usize::MAX, OutputBuffer::new(0))
+    }
+
+    /// State of the guest's pre-initialization ([`preinit_wasi`]).
     pub(crate) fn for_preinit() -> Self {
         Self {
             wasi: preinit_wasi(),
-            ..Self::new(usize::MAX, OutputBuffer::new(0))
+            ..Self::placeholder()
         }
     }
 }

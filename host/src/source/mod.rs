@@ -66,9 +66,10 @@
 //! - a static `import` declaration is `Cannot use import statement outside a
 //!   module` at the `import` keyword (`1:1`); `export` declarations are
 //!   `Unexpected token 'export'` at their keyword;
-//! - `import.meta` is `Cannot use 'import.meta' outside a module` at the
-//!   `meta` token (`1:8` for a source starting with it), the position V8
-//!   reports;
+//! - `import.meta` is `Cannot use 'import.meta' outside a module` at its
+//!   start, the `import` keyword (`1:8` for `return import.meta`; V8 points
+//!   at `meta` instead, but the contract's positions are where the
+//!   construct starts);
 //! - a `}` that closes the wrapper function early (`}); (async () => {`) is
 //!   reported at that `}` as `Unexpected token '}'; it closes the cell's
 //!   function body`.
@@ -673,12 +674,14 @@ mod tests {
     }
 
     #[test]
-    fn import_meta_is_a_syntax_error_at_meta() {
+    fn import_meta_is_a_syntax_error_at_its_start() {
         let (line, column, message) = syntax("import.meta");
-        assert_eq!((line, column), (1, 8));
+        assert_eq!((line, column), (1, 1));
         assert!(message.contains("import.meta"), "{message}");
         let (line, column, _) = syntax("return import.meta.url");
-        assert_eq!((line, column), (1, 15));
+        assert_eq!((line, column), (1, 8));
+        let (line, column, _) = syntax("const x = 1;\n  f(import . meta)");
+        assert_eq!((line, column), (2, 5));
     }
 
     #[test]

@@ -233,15 +233,13 @@ pub(super) fn diagnostic_position(
         .iter()
         .find(|label| label.primary())
         .or_else(|| diagnostic.labels.first());
-    let (start, end) = label.map_or((user_end, user_end), |label| {
-        let start = label.offset() as usize;
-        (start, start + label.len() as usize)
-    });
+    let start = label.map_or(user_end, |label| label.offset() as usize);
     let message = diagnostic.message.as_ref();
-    if message.starts_with("Unexpected import.meta") && end >= 4 {
-        // Point at the `meta` token, as V8 does.
+    if message.starts_with("Unexpected import.meta") {
+        // At the start of `import.meta` (contract §5: `1:8` for
+        // `return import.meta`), like a static `import` at its keyword.
         return Found {
-            offset: end - 4,
+            offset: start,
             message: "Cannot use 'import.meta' outside a module".to_owned(),
             outside: false,
         };

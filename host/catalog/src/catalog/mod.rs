@@ -14,7 +14,7 @@ mod spec;
 
 pub use entry::{param_text, Entry, MCP_DESCRIPTION_UNITS};
 pub use limits::{SearchLimits, SearchOptions, MAX_SEARCH_LIMIT};
-pub use policy::{glob_match, Policy};
+pub use policy::{glob_match, Policy, MAX_POLICY_PATTERNS, MAX_POLICY_PATTERN_BYTES};
 pub use source::{sanitize_source_name, Source, SourceKind};
 pub use spec::{CatalogMode, ToolSpec};
 
@@ -210,7 +210,7 @@ impl Catalog {
         for i in order {
             let (source, spec) = &self.assembly[i];
             let id = source.catalog_id(&spec.name);
-            if !self.policy.allows(&spec.name, &id) {
+            if !self.policy.allows_tool(source, &spec.name, &id) {
                 continue;
             }
             if spec.catalog_mode == CatalogMode::DirectOnly {
@@ -323,6 +323,11 @@ impl Catalog {
             self.rebuild();
         }
         removed
+    }
+
+    /// The effective policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Replace the effective policy. Keeps `counterScope`.

@@ -4,7 +4,7 @@
 
 use super::{mcp_tool_json, parameters, PreparedCall};
 use crate::api_files;
-use crate::catalog::{Catalog, Entry, SourceKind};
+use crate::catalog::{Catalog, Entry, SearchLimits, SourceKind};
 use crate::error::{CatalogError, ErrorKind};
 use crate::expand::cut_query;
 use crate::projection::{check_name_len, Projection};
@@ -74,18 +74,33 @@ impl Catalog {
     /// one search. An invalid `limit` falls back to the default. Only the
     /// first [`crate::MAX_QUERY_BYTES`] bytes of the trimmed query are used
     /// ([`crate::cut_query`]), for the shortcut too.
+    /// The limit is resolved with the catalog's [`SearchLimits`]
+    /// ([`Catalog::guest_search_within`] takes others).
     pub fn guest_search(
         &self,
         projection: &Projection,
         query: &str,
         limit: Option<&Value>,
     ) -> Vec<Meta> {
+        self.guest_search_within(projection, query, limit, self.limits())
+    }
+
+    /// [`Catalog::guest_search`] with the limit resolved by `limits`: a
+    /// runtime's own default and cap for `catalog.search` in cells (default
+    /// 8, cap 50), which differ from Tool Search's (8 and 20).
+    pub fn guest_search_within(
+        &self,
+        projection: &Projection,
+        query: &str,
+        limit: Option<&Value>,
+        limits: SearchLimits,
+    ) -> Vec<Meta> {
         self.count_search();
         let q = cut_query(query.trim()).trim_end();
         if let Some(e) = self.guest_exact(projection, q) {
             return self.meta(projection, e).into_iter().collect();
         }
-        let limit = self.limits().resolve(limit);
+        let limit = limits.resolve(limit);
         self.search_uncounted(q, limit, true, Some(projection.searchable_ids()))
             .into_iter()
             .filter_map(|e| self.meta(projection, e))

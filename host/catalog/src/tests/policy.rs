@@ -24,6 +24,7 @@ fn policy_filters_every_surface() {
     let deny = Policy {
         allow: None,
         deny: vec!["secret_tool".into(), "mcp:hr:*".into(), "direct_*".into()],
+        approve: vec![],
     };
     let c = policy_catalog(deny);
     // search
@@ -77,6 +78,7 @@ fn policy_filters_every_surface() {
     let allow = Policy {
         allow: Some(vec!["public_*".into()]),
         deny: vec![],
+        approve: vec![],
     };
     let c = policy_catalog(allow);
     assert_eq!(c.entries().len(), 1);
@@ -112,6 +114,7 @@ fn policy_change_after_indexing_fails_at_call_time() {
     c.set_policy(Policy {
         allow: None,
         deny: vec!["public_tool".into()],
+        approve: vec![],
     });
     assert_eq!(c.counter_scope(), scope, "shrinking keeps counterScope");
     // The handle computed before the change now rejects.
@@ -154,4 +157,86 @@ fn direct_only_tools_are_not_cataloged() {
         .client(ToolSpec::new("c", "client"))
         .build();
     assert_eq!(c.directory(), "Available deferred-schema tools: none.");
+}
+
+/// MCP tools are matched as `<server>.<tool>` (the configured server name,
+/// the original tool name), not by their bare name; host tools by name.
+/// `approve` keeps a tool visible and names the pattern its calls need.
+#[test]
+fn mcp_tools_match_as_server_dot_tool_and_approve_keeps_tools_visible() {
+    let catalog = |policy: Policy| {
+        Catalog::builder()
+            .core(ToolSpec::new("read", "Read a file"))
+            .mcp("fs", ToolSpec::new("read", "Read a file on the server"))
+            .mcp(
+                "fs",
+                ToolSpec::new("write_file", "Write a file on the server"),
+            )
+            .policy(policy)
+            .build()
+    };
+    let ids =
+        |c: &Catalog| -> Vec<String> { c.entries().iter().map(|e| e.id().to_string()).collect() };
+    let c = catalog(Policy {
+        deny: vec!["fs.write*".into()],
+        ..Policy::default()
+    });
+    assert_eq!(ids(&c), ["host:core:read", "mcp:fs:read"]);
+    let c = catalog(Policy {
+        deny: vec!["read".into()],
+        ..Policy::default()
+    });
+    assert_eq!(
+        ids(&c),
+        ["mcp:fs:read", "mcp:fs:write_file"],
+        "a bare name is the host tool's"
+    );
+    let c = catalog(Policy {
+        allow: Some(vec!["fs.*".into()]),
+        ..Policy::default()
+    });
+    assert_eq!(ids(&c), ["mcp:fs:read", "mcp:fs:write_file"]);
+    let policy = Policy {
+        approve: vec!["fs.write*".into()],
+        ..Policy::default()
+    };
+    let c = catalog(policy.clone());
+    assert_eq!(c.entries().len(), 3, "approve hides nothing");
+    let entry = c.get("mcp:fs:write_file").unwrap();
+    assert_eq!(
+        policy.needs_approval(entry.source(), entry.name(), entry.id()),
+        Some("fs.write*")
+    );
+    let entry = c.get("mcp:fs:read").unwrap();
+    assert_eq!(
+        policy.needs_approval(entry.source(), entry.name(), entry.id()),
+        None
+    );
+}
+
+/// Obeyed: lists at the caps pass the check. Violated: one pattern more,
+/// or one byte longer, is refused naming the list.
+#[test]
+fn policy_lists_are_capped() {
+    let at_cap = Policy {
+        deny: vec!["x".repeat(MAX_POLICY_PATTERN_BYTES); MAX_POLICY_PATTERNS],
+        ..Policy::default()
+    };
+    assert!(at_cap.check().is_ok());
+    let too_many = Policy {
+        approve: vec!["x".into(); MAX_POLICY_PATTERNS + 1],
+        ..Policy::default()
+    };
+    assert!(too_many
+        .check()
+        .unwrap_err()
+        .starts_with("policy.approve has 257 patterns"));
+    let too_long = Policy {
+        allow: Some(vec!["x".repeat(MAX_POLICY_PATTERN_BYTES + 1)]),
+        ..Policy::default()
+    };
+    assert!(too_long
+        .check()
+        .unwrap_err()
+        .contains("policy.allow pattern is 257 bytes"));
 }

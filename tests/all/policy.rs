@@ -1,0 +1,195 @@
+//! `[policy]` / `RuntimeBuilder::policy` (operations.md §3.3): a tool
+//! outside the policy is on no surface a cell or a model sees, and cannot be
+//! called; an `approve` tool stays visible but, with no way to ask, each
+//! call is denied.
+
+use crate::bridge::t;
+use quickcell::catalog::Policy;
+use quickcell::{ExecInput, Runtime, ToolRegistry};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A runtime with `payroll_read` and `payroll_write` under `policy`; the
+/// second value counts `payroll_write`'s executions.
+async fn payroll(policy: Policy) -> (Runtime, Arc<AtomicUsize>) {
+    let read = t("payroll_read", "Read payroll records");
+    let write = t("payroll_write", "Write payroll records");
+    let writes = write.calls.clone();
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(read)).unwrap();
+    registry.add(Arc::new(write)).unwrap();
+    let rt = Runtime::builder()
+        .tools(registry)
+        .policy(policy)
+        .build()
+        .await
+        .unwrap();
+    (rt, writes)
+}
+
+/// What a cell sees of `payroll_write`: catalog.all(), catalog.search, the
+/// global, API.read of its declaration, and a call by its name.
+const SURFACES: &str = r#"
+    const all = (await catalog.all()).map((h) => h.callableName);
+    const found = (await catalog.search("payroll write records", { limit: 10 })).map((h) => h.callableName);
+    const exact = (await catalog.search("payroll_write")).map((h) => h.callableName);
+    let api;
+    try { api = typeof (await API.read("tools/payroll_write.d.ts")); } catch (e) { api = "refused"; }
+    let call;
+    try { await payroll_write({ value: "x" }); call = "ran"; } catch (e) { call = `${e.name}: ${e.message}`; }
+    return { all, found, exact, global: typeof payroll_write, api, call };
+"#;
+
+async fn surfaces(rt: &Runtime) -> Value {
+    crate::value(&rt.exec(ExecInput::new("surfaces", SURFACES)).await)
+}
+
+/// The tool is on none of the surfaces, and the call fails.
+fn assert_hidden(rt: &Runtime, seen: &Value) {
+    assert_eq!(seen["all"], json!(["payroll_read"]), "{seen}");
+    assert_eq!(seen["found"], json!(["payroll_read"]), "{seen}");
+    assert!(
+        !seen["exact"].to_string().contains("payroll_write"),
+        "{seen}"
+    );
+    assert_eq!(seen["global"], "undefined");
+    assert_eq!(seen["api"], "refused");
+    assert!(
+        seen["call"].as_str().unwrap().starts_with("ReferenceError"),
+        "{seen}"
+    );
+    // The model's surfaces: the quick index in exec's description, the
+    // catalog behind Tool Search (describe, call by name, the directory).
+    assert!(!rt.exec_description().contains("payroll_write"));
+    assert!(rt.exec_description().contains("payroll_read"));
+    assert!(rt.catalog().describe("payroll_write").is_err());
+    assert!(rt
+        .catalog()
+        .tool_call_prepare(&json!({"id": "payroll_write", "arguments": {}}))
+        .is_err());
+    assert!(!rt.catalog().directory().contains("payroll_write"));
+}
+
+#[tokio::test]
+async fn a_denied_tool_is_on_no_surface_and_cannot_be_called() {
+    let (rt, writes) = payroll(Policy {
+        deny: vec!["payroll_w*".into()],
+        ..Policy::default()
+    })
+    .await;
+    let seen = surfaces(&rt).await;
+    assert_hidden(&rt, &seen);
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn only_allowed_tools_are_on_the_surfaces() {
+    let (rt, writes) = payroll(Policy {
+        allow: Some(vec!["payroll_read".into(), "no_such_tool".into()]),
+        ..Policy::default()
+    })
+    .await;
+    let seen = surfaces(&rt).await;
+    assert_hidden(&rt, &seen);
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    // Deny wins over allow.
+    let (rt, _) = payroll(Policy {
+        allow: Some(vec!["payroll_*".into()]),
+        deny: vec!["payroll_write".into()],
+        ..Policy::default()
+    })
+    .await;
+    assert_hidden(&rt, &surfaces(&rt).await);
+}
+
+/// Obeyed: without a policy both tools are everywhere and the call runs.
+/// `approve`: the tool stays visible, but its call is denied with a
+/// catchable `tool_error` naming the pattern (no way to ask a person), and
+/// the tool never runs.
+#[tokio::test]
+async fn an_approve_tool_is_visible_and_its_call_is_denied_without_an_approver() {
+    let (rt, writes) = payroll(Policy::default()).await;
+    let seen = surfaces(&rt).await;
+    assert_eq!(seen["all"], json!(["payroll_read", "payroll_write"]));
+    assert_eq!(seen["call"], "ran");
+    assert_eq!(writes.load(Ordering::SeqCst), 1);
+
+    let (rt, writes) = payroll(Policy {
+        approve: vec!["payroll_write".into()],
+        ..Policy::default()
+    })
+    .await;
+    let seen = surfaces(&rt).await;
+    assert_eq!(seen["all"], json!(["payroll_read", "payroll_write"]));
+    assert_eq!(seen["global"], "function");
+    assert!(rt.exec_description().contains("payroll_write"));
+    let code = r#"
+        try { await payroll_write({ value: "x" }); return "ran"; }
+        catch (e) { return { code: e.code, message: e.message }; }
+    "#;
+    let denied = crate::value(&rt.exec(ExecInput::new("approve", code)).await);
+    assert_eq!(denied["code"], "tool_error", "{denied}");
+    let message = denied["message"].as_str().unwrap();
+    assert!(
+        message.contains("needs an approval (policy approve = \"payroll_write\")")
+            && message.contains("denied"),
+        "{message}"
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 0, "the tool never ran");
+}
+
+/// A policy over the caps is refused when the runtime is built.
+#[tokio::test]
+async fn a_policy_over_its_caps_is_refused() {
+    let Err(err) = Runtime::builder()
+        .policy(Policy {
+            deny: vec!["x".into(); quickcell::catalog::MAX_POLICY_PATTERNS + 1],
+            ..Policy::default()
+        })
+        .build()
+        .await
+    else {
+        panic!("a policy over its caps was accepted");
+    };
+    assert!(
+        err.to_string().contains("policy.deny has 257 patterns"),
+        "{err}"
+    );
+}
+
+/// `[policy]` in the configuration reaches `quickcell tools` (and every
+/// command that builds a runtime).
+#[test]
+fn the_config_policy_reaches_the_cli() {
+    let dir = std::env::temp_dir().join(format!("quickcell-policy-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroot = {:?}\n[policy]\ndeny = [\"gr*\"]\n",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["tools"]);
+    let directory = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        directory.contains("read") && !directory.contains("grep"),
+        "{directory}"
+    );
+    let out = run(&["exec", "--code", "return [typeof read, typeof grep]"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["value"], json!(["function", "undefined"]), "{v}");
+    std::fs::remove_dir_all(&dir).ok();
+}
