@@ -296,7 +296,7 @@ impl SharedEngine {
     /// MiB of image), not at start.
     pub(crate) fn image_key(&self) -> [u8; 32] {
         *self.image_key.get_or_init(|| {
-            let mut digest = sha2::Sha256::new();
+            let mut digest = <sha2::Sha256 as sha2::Digest>::new();
             sha2::Digest::update(&mut digest, guest_hash());
             sha2::Digest::update(&mut digest, (self.stack.end as u64).to_le_bytes());
             sha2::Digest::update(&mut digest, &self.memory_image);

@@ -170,8 +170,10 @@ fn sandboxed_wasi(clock_offset_ns: u64) -> WasiP1Ctx {
 
 /// A clock that always reads zero: the guest's pre-initialization sees no
 /// time pass, so the pre-initialized module is the same in every process.
+#[cfg(feature = "compiler")]
 struct FrozenClock;
 
+#[cfg(feature = "compiler")]
 impl HostMonotonicClock for FrozenClock {
     fn resolution(&self) -> u64 {
         1_000
@@ -181,6 +183,7 @@ impl HostMonotonicClock for FrozenClock {
     }
 }
 
+#[cfg(feature = "compiler")]
 impl wasmtime_wasi::HostWallClock for FrozenClock {
     fn resolution(&self) -> std::time::Duration {
         std::time::Duration::from_micros(1)
@@ -198,6 +201,7 @@ impl wasmtime_wasi::HostWallClock for FrozenClock {
 /// process: clock readings taken during initialization are 0, and the keys
 /// of std's hash maps made then are a constant (as public as the binary);
 /// each cell seeds `Math.random` afresh at its start.
+#[cfg(feature = "compiler")]
 fn preinit_wasi() -> WasiP1Ctx {
     use rand::SeedableRng as _;
     let mut builder = WasiCtxBuilder::new();
@@ -264,6 +268,7 @@ impl CellState {
     }
 
     /// State of the guest's pre-initialization ([`preinit_wasi`]).
+    #[cfg(feature = "compiler")]
     pub(crate) fn for_preinit() -> Self {
         Self {
             wasi: preinit_wasi(),
