@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Whole-process cold start of `quickcell exec` next to `node -e 0`.
 
-    python3 benches/cold_start.py [--runs N] [BINARY]
+    python3 benches/cold_start.py [--runs N] [--no-compile] [BINARY]
 
 Each round runs, alternating, on a fresh machine as far as quickcell can
 tell (an empty HOME, no XDG directories, no module cache, an empty working
@@ -20,7 +20,9 @@ artifact:
   compile     the first cell: pre-initialize and compile, then cache
   cached      the same command again: the module from the on-disk cache
 
-Prints the median and min of each, in milliseconds.
+`--no-compile` leaves these out (a binary built without the `compiler`
+feature cannot compile). Prints the median and min of each, in
+milliseconds.
 """
 
 import argparse
@@ -52,6 +54,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("binary", nargs="?", default="target/dist/quickcell")
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
     cell = [binary, "exec", "--code", "return 1 + 1"]
@@ -63,7 +66,7 @@ def main():
             times["node"].append(timed(["node", "-e", "0"], env, home))
             times["first"].append(timed(cell, env, home))
             times["warm"].append(timed(cell, env, home))
-            if round_ % 4 == 0:
+            if round_ % 4 == 0 and not args.no_compile:
                 other = tempfile.mkdtemp(prefix="quickcell-cold-")
                 try:
                     env = fresh_env(other)
