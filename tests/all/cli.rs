@@ -8,6 +8,18 @@ fn quickcell() -> Command {
     Command::new(env!("CARGO_BIN_EXE_quickcell"))
 }
 
+/// Runs `quickcell ARGS` with `input` on its standard input.
+fn with_stdin(args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = quickcell()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn run_json(args: &[&str]) -> (i32, Value, String) {
     let out = quickcell().args(args).output().unwrap();
     let stdout = String::from_utf8(out.stdout).unwrap();
@@ -54,19 +66,7 @@ fn reads_source_from_file_and_stdin() {
     let (code, v, _) = run_json(&["exec", "--file", file.to_str().unwrap()]);
     assert_eq!((code, v["value"].clone()), (0, Value::from("from file")));
 
-    let mut child = quickcell()
-        .args(["exec", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"return 'from stdin'")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdin(&["exec", "-"], b"return 'from stdin'");
     assert_eq!(out.status.code(), Some(0));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["value"], "from stdin");
@@ -454,19 +454,10 @@ fn exec_and_wait_take_the_whole_contract_input() {
     );
 
     // From standard input.
-    let mut child = quickcell()
-        .args(["exec", "--state-dir", state, "--input", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(br#"{"title":"stdin","code":"return 'piped'"}"#)
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = with_stdin(
+        &["exec", "--state-dir", state, "--input", "-"],
+        br#"{"title":"stdin","code":"return 'piped'"}"#,
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["value"], "piped");
 
