@@ -103,6 +103,9 @@ pub struct WaitInput {
     pub run_id: String,
     /// Who is asking; must be the run's owner.
     pub owner: Owner,
+    /// Abandon the parked run instead of resuming it (operations.md §3.1):
+    /// it is removed and this call returns the `aborted` result once.
+    pub cancel: bool,
 }
 
 impl WaitInput {
@@ -111,7 +114,14 @@ impl WaitInput {
         Self {
             run_id: run_id.into().trim().to_string(),
             owner: Owner::default(),
+            cancel: false,
         }
+    }
+
+    /// Asks to abandon the run instead of resuming it.
+    pub fn cancelling(mut self) -> Self {
+        self.cancel = true;
+        self
     }
 
     /// Sets the owner asking.
@@ -121,15 +131,16 @@ impl WaitInput {
     }
 
     /// Validates raw `wait` arguments: `runId` (alias `run_id`), trimmed,
-    /// non-empty.
+    /// non-empty; `cancel`, a boolean.
     pub fn from_json(args: &Value) -> Result<Self, String> {
         let id = args
             .get("runId")
             .or_else(|| args.get("run_id"))
             .and_then(Value::as_str)
             .unwrap_or("");
-        let input = Self::new(id);
+        let mut input = Self::new(id);
         input.validate()?;
+        input.cancel = bool_field(args.get("cancel"), "cancel")?;
         Ok(input)
     }
 

@@ -27,6 +27,10 @@ enum Command {
     /// Resumes a parked cell and prints the result like `exec` (same exit
     /// statuses).
     Wait(WaitArgs),
+    /// Cancels a parked cell: removes it and cancels its tool calls, then
+    /// prints the `aborted` result. Exit status 0 when the run was
+    /// cancelled, 1 when it could not be (unknown, another session's).
+    Cancel(CancelArgs),
     /// Runs a cell to its end, waiting as often as needed, and prints a
     /// human-readable account (`--json`: every call's raw result, one JSON
     /// line each). Exit status as `exec`, never 3.
@@ -81,6 +85,16 @@ struct WaitArgs {
     /// JSON text, `@FILE`, or `-` for standard input.
     #[arg(long, value_name = "JSON|@FILE|-")]
     input: Option<String>,
+    #[command(flatten)]
+    catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
+#[derive(Args)]
+struct CancelArgs {
+    /// The run id a `waiting` result gave (`cm_…`).
+    run_id: String,
     #[command(flatten)]
     catalog: CatalogArgs,
     #[command(flatten)]
@@ -197,6 +211,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Exec(args) => runtime.block_on(exec(args)),
         Command::Wait(args) => runtime.block_on(wait(args)),
+        Command::Cancel(args) => runtime.block_on(cancel(args)),
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Search(args) => runtime.block_on(search(args)),
@@ -243,9 +258,7 @@ fn tools(args: CatalogArgs) -> ExitCode {
             if let Err(e) = config.policy.check() {
                 return usage_error(e);
             }
-            let mut catalog = registry.catalog();
-            catalog.set_policy(config.policy);
-            println!("{}", catalog.directory());
+            println!("{}", registry.catalog_under(config.policy).directory());
             ExitCode::SUCCESS
         }
         Err(e) => usage_error(e),
@@ -412,6 +425,19 @@ async fn wait(args: WaitArgs) -> ExitCode {
     };
     let result = runtime.wait_json_as(Some(args.state.owner()), &input).await;
     report(&runtime, result).await
+}
+
+async fn cancel(args: CancelArgs) -> ExitCode {
+    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let result = runtime.cancel(&args.run_id, &args.state.owner()).await;
+    println!("{}", result.to_json());
+    match &result {
+        CellResult::Failed(f) if f.code == quickcell::ErrorCode::Aborted => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    }
 }
 
 /// Prints one result for people: output entries, then the outcome.

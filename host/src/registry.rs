@@ -141,6 +141,20 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// The host tools, shadowed or not: a call reaches one only when the
+    /// catalog resolved it to that host entry.
+    pub(crate) fn host_tools(&self) -> &ToolSet {
+        &self.host
+    }
+
+    /// The winning client tool of each name, by name.
+    pub(crate) fn client_tools(&self) -> std::collections::HashMap<String, Arc<dyn Tool>> {
+        self.client_winners()
+            .into_iter()
+            .map(|tool| (tool.name().to_string(), tool.clone()))
+            .collect()
+    }
+
     /// The winning client tool of each name, in registration order of the
     /// winners.
     fn client_winners(&self) -> Vec<&Arc<dyn Tool>> {
@@ -179,7 +193,13 @@ impl ToolRegistry {
 
     /// Builds the tool catalog (search index, callable names, hints).
     pub fn catalog(&self) -> Catalog {
-        let mut builder = Catalog::builder();
+        self.catalog_under(quickcell_catalog::Policy::default())
+    }
+
+    /// [`ToolRegistry::catalog`] with only the tools `policy` lets cells
+    /// see (indexed once, after the policy).
+    pub fn catalog_under(&self, policy: quickcell_catalog::Policy) -> Catalog {
+        let mut builder = Catalog::builder().policy(policy);
         for (tool, origin) in self.host.iter().zip(&self.origins) {
             let mut spec = spec_of(tool.as_ref());
             if tool.replay_safe() {

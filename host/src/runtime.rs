@@ -168,8 +168,7 @@ impl RuntimeBuilder {
                 self.tools.add_mcp(server.connection.name(), tool);
             }
         }
-        let mut catalog = self.tools.catalog();
-        catalog.set_policy(std::mem::take(&mut self.policy));
+        let catalog = self.tools.catalog_under(std::mem::take(&mut self.policy));
         let cell_tools = Arc::new(CellTools::new(
             catalog,
             &self.tools,
@@ -346,6 +345,25 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let env = self.env(&telemetry);
         self.admitted(&input.owner.session, cell::wait(&env, &input))
             .await
+    }
+
+    /// Cancels a parked run of `owner` (operations.md §3.1): the run is
+    /// removed from the state store, which frees its slot and discards what
+    /// it buffered; the tool calls it still has running in this process get
+    /// their cancel signal (command tools: the process group is killed).
+    /// Returns the `aborted` result (`code mode execution aborted`) once; a
+    /// later `wait` or `cancel` gets the unknown-run error. The owner checks
+    /// are `wait`'s. The same as `wait` with [`WaitInput::cancelling`].
+    ///
+    /// Cancels parked runs only: a cell running in an `exec` or `wait` call
+    /// is not reached yet (it ends at its deadline).
+    pub async fn cancel(&self, run_id: &str, owner: &Owner) -> CellResult {
+        self.wait(
+            WaitInput::new(run_id)
+                .with_owner(owner.clone())
+                .cancelling(),
+        )
+        .await
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).

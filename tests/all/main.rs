@@ -3,6 +3,7 @@
 
 mod api;
 mod bridge;
+mod cancel;
 mod catalog;
 mod cli;
 mod exec;

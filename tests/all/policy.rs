@@ -193,3 +193,89 @@ fn the_config_policy_reaches_the_cli() {
     assert_eq!(v["value"], json!(["function", "undefined"]), "{v}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Tool Search (`serve --mode tools`, driven by the Python MCP SDK) obeys
+/// the policy too: a denied tool is not found and cannot be called, an
+/// `approve` tool's call is denied naming the pattern, others run.
+#[test]
+fn tool_search_mode_obeys_the_policy() {
+    let dir = std::env::temp_dir().join(format!("quickcell-policy-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[workspace]\nroot = {:?}\n[policy]\ndeny = [\"grep\"]\napprove = [\"read\"]\n",
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    )
+    .unwrap();
+    let steps = json!([
+        {"op": "call_tool", "name": "tool_search", "args": {"query": "search file contents for a pattern", "limit": 10}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "grep", "pattern": "x"}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "read", "path": "Cargo.toml", "limit": 1}},
+        {"op": "call_tool", "name": "tool_call", "args": {"id": "ls", "path": "."}},
+    ]);
+    let out = crate::mcp::run(
+        steps,
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--mode",
+            "tools",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let hits = out[0]["structuredContent"]["results"][0]["hits"].to_string();
+    assert!(!hits.contains("\"grep\""), "{hits}");
+    assert_eq!(out[1]["isError"], true, "{}", out[1]);
+    assert!(
+        out[1]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("Use tool_search"),
+        "{}",
+        out[1]
+    );
+    assert_eq!(out[2]["isError"], true, "{}", out[2]);
+    assert!(
+        out[2]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("needs an approval (policy approve = \"read\")"),
+        "{}",
+        out[2]
+    );
+    assert_eq!(out[3]["isError"], false, "{}", out[3]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A client tool that shadows a host tool of the same name, denied by the
+/// policy: the host tool is what cells see, and calls reach the host tool,
+/// never the denied client tool.
+#[tokio::test]
+async fn a_denied_client_tool_does_not_take_over_the_host_tool_it_shadows() {
+    let host = t("lookup", "Look a record up");
+    let client = t("lookup", "Look a record up (client)");
+    let (host_calls, client_calls) = (host.calls.clone(), client.calls.clone());
+    let mut registry = ToolRegistry::new();
+    registry.add(Arc::new(host)).unwrap();
+    registry.add_client(Arc::new(client)).unwrap();
+    let rt = Runtime::builder()
+        .tools(registry)
+        .policy(Policy {
+            deny: vec!["client:*".into()],
+            ..Policy::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let r = rt
+        .exec(ExecInput::new("lookup", "return (await lookup({})).name"))
+        .await;
+    assert_eq!(crate::value(&r), json!("lookup"));
+    assert_eq!(host_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(client_calls.load(Ordering::SeqCst), 0);
+}

@@ -17,6 +17,14 @@ pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot
 pub(crate) const RESTART_SAFE_NAMESPACE_CALL: &str =
     "restart-safe code mode cannot call namespace tools.";
 
+/// The error of a call that needs an approval, on a host with no way to
+/// ask for one: it fails closed (operations.md §3.4).
+pub(crate) fn approval_denied(tool: &str, pattern: &str) -> String {
+    format!(
+        "Calling {tool} needs an approval (policy approve = \"{pattern}\"), and this host has no way to ask for one: the call was denied."
+    )
+}
+
 /// Arguments of a `callValue` request.
 #[derive(serde::Deserialize)]
 struct CallValueArgs {
@@ -51,13 +59,9 @@ pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &
         ));
     };
     if let Some(pattern) = tools.approval_pattern(&prepared.id) {
-        // No way to ask a person yet: fail closed (operations.md §3.4).
         return Start::Settled(err(
             id,
-            format!(
-                "Calling {} needs an approval (policy approve = \"{pattern}\"), and this host has no way to ask for one: the call was denied.",
-                prepared.display_name
-            ),
+            approval_denied(&prepared.display_name, pattern),
             "tool_error",
         ));
     }

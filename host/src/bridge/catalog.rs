@@ -15,7 +15,11 @@ use std::sync::Arc;
 pub(crate) struct CellTools {
     pub catalog: Arc<Catalog>,
     pub projection: Arc<Projection>,
-    pub tools: ToolSet,
+    /// Host tools by name (the catalog decides whether a call reaches one:
+    /// a client tool may shadow it, the policy may deny it).
+    pub host_tools: ToolSet,
+    /// Client tools by name (the winner of each name).
+    pub client_tools: HashMap<String, Arc<dyn Tool>>,
     /// MCP tools by catalog id.
     pub mcp_tools: HashMap<String, Arc<dyn Tool>>,
     /// The `MCP` namespace for the guest: per server, its identifier and
@@ -51,7 +55,8 @@ impl CellTools {
     ) -> Option<Arc<dyn Tool>> {
         match prepared.source {
             SourceKind::Mcp => self.mcp_tools.get(&prepared.id).cloned(),
-            _ => self.tools.get(&prepared.tool_name).cloned(),
+            SourceKind::Client => self.client_tools.get(&prepared.tool_name).cloned(),
+            _ => self.host_tools.get(&prepared.tool_name).cloned(),
         }
     }
 
@@ -96,7 +101,8 @@ impl CellTools {
         Self {
             catalog: Arc::new(catalog),
             projection: Arc::new(projection),
-            tools: registry.tools().clone(),
+            host_tools: registry.host_tools().clone(),
+            client_tools: registry.client_tools(),
             mcp_tools: registry.mcp_tools(),
             mcp_layout,
             untrusted_source,

@@ -50,6 +50,8 @@ mod session_store;
 mod settlement;
 mod timers;
 
+#[cfg(feature = "mcp-server")]
+pub(crate) use calls::approval_denied;
 pub(crate) use catalog::CellTools;
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;

@@ -109,7 +109,7 @@ impl LiveCell {
                 if batch.is_none() {
                     let ending = Ending::Failed {
                         code: ErrorCode::Timeout,
-                        phase: FailurePhase::Bridge,
+                        phase: FailurePhase::Guest,
                         error: format!(
                             "{}: this awaitResults call waited {} ms for tool results, the most the host allows (max_await_results_ms)",
                             crate::Error::Timeout,

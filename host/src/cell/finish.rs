@@ -311,6 +311,21 @@ pub(crate) fn host_panic(telemetry: Telemetry) -> CellResult {
     )
 }
 
+/// The contract's `aborted` result: the run was cancelled.
+pub(super) fn aborted(telemetry: Telemetry) -> CellResult {
+    CellResult::Failed(Failed {
+        mcp_outage: Default::default(),
+        untrusted_source: None,
+        error: crate::Error::Aborted.to_string(),
+        code: ErrorCode::Aborted,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Host,
+        bridge_dispatch_started: true,
+        replay_safe: None,
+    })
+}
+
 pub(super) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),

@@ -307,6 +307,9 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
             );
         }
     };
+    if input.cancel {
+        return abandon(env, run_id, live).await;
+    }
     match restore(env, run_id, claimed, live).await {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {
@@ -324,6 +327,27 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
             failure
         }
     }
+}
+
+/// Abandons a parked run this call has claimed (`wait {cancel: true}`,
+/// [`crate::Runtime::cancel`]): removes it from the state store, which
+/// frees its slot and discards what it buffered (session-store writes),
+/// and drops this process's bridge of it, which sends every tool call still
+/// running its cancel signal. Returns the `aborted` result; a later `wait`
+/// gets the unknown-run error.
+async fn abandon(
+    env: &CellEnv<'_>,
+    run_id: &str,
+    live: Option<crate::bridge::Bridge>,
+) -> CellResult {
+    drop(live);
+    if let Err(e) = env.store.remove(run_id).await {
+        return host_failure(
+            format!("InternalError: cannot remove the cancelled run from the state store: {e:#}"),
+            (env.telemetry)(),
+        );
+    }
+    aborted((env.telemetry)())
 }
 
 /// How long past a `wait`'s deadline its claim on the run lasts, in

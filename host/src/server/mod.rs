@@ -182,7 +182,8 @@ pub(crate) fn wait_input_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "runId": {"type": "string", "description": "The runId of a waiting result."}
+            "runId": {"type": "string", "description": "The runId of a waiting result."},
+            "cancel": {"type": "boolean", "description": "Abandon the run instead of resuming it: it is removed and its tool calls are cancelled; returns the aborted result once."}
         },
         "required": ["runId"],
         "additionalProperties": false

@@ -94,6 +94,12 @@ impl Runtime {
                 prepared.tool_name
             ));
         };
+        if let Some(pattern) = tools.approval_pattern(&prepared.id) {
+            return CatalogReply::error(crate::bridge::approval_denied(
+                &prepared.display_name,
+                pattern,
+            ));
+        }
         let untrusted = match prepared.source {
             quickcell_catalog::SourceKind::Host => None,
             other => Some(other.as_str()),

@@ -236,7 +236,7 @@ pub(super) fn diagnostic_position(
     let start = label.map_or(user_end, |label| label.offset() as usize);
     let message = diagnostic.message.as_ref();
     if message.starts_with("Unexpected import.meta") {
-        // At the start of `import.meta` (contract §5: `1:8` for
+        // At the start of `import.meta` (contract §7: `1:8` for
         // `return import.meta`), like a static `import` at its keyword.
         return Found {
             offset: start,
