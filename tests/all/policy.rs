@@ -158,21 +158,25 @@ async fn a_policy_over_its_caps_is_refused() {
     );
 }
 
+/// A scratch directory with a configuration serving this repository's
+/// workspace tools under the `[policy]` lines `policy`.
+fn workspace_config(policy: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("quickcell-policy-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    let text = format!(
+        "[workspace]\nroot = {:?}\n[policy]\n{policy}\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::write(&config, text).unwrap();
+    (dir, config)
+}
+
 /// `[policy]` in the configuration reaches `quickcell tools` (and every
 /// command that builds a runtime).
 #[test]
 fn the_config_policy_reaches_the_cli() {
-    let dir = std::env::temp_dir().join(format!("quickcell-policy-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("quickcell.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[workspace]\nroot = {:?}\n[policy]\ndeny = [\"gr*\"]\n",
-            env!("CARGO_MANIFEST_DIR")
-        ),
-    )
-    .unwrap();
+    let (dir, config) = workspace_config("deny = [\"gr*\"]");
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
             .args(args)
@@ -199,17 +203,7 @@ fn the_config_policy_reaches_the_cli() {
 /// `approve` tool's call is denied naming the pattern, others run.
 #[test]
 fn tool_search_mode_obeys_the_policy() {
-    let dir = std::env::temp_dir().join(format!("quickcell-policy-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("quickcell.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[workspace]\nroot = {:?}\n[policy]\ndeny = [\"grep\"]\napprove = [\"read\"]\n",
-            env!("CARGO_MANIFEST_DIR")
-        ),
-    )
-    .unwrap();
+    let (dir, config) = workspace_config("deny = [\"grep\"]\napprove = [\"read\"]");
     let steps = json!([
         {"op": "call_tool", "name": "tool_search", "args": {"query": "search file contents for a pattern", "limit": 10}},
         {"op": "call_tool", "name": "tool_call", "args": {"id": "grep", "pattern": "x"}},
