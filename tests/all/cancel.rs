@@ -42,6 +42,15 @@ fn alive(pid: i32) -> bool {
     matches!(state, Some(s) if s != 'Z')
 }
 
+/// Waits until `done` holds, polling; fails naming `what` after `within`.
+async fn eventually(within: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < within, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A parked run with a command tool still running is cancelled: the result
 /// is `aborted` once, the tool's process is gone, the slot is free for the
 /// next run, and a later `wait` or `cancel` gets the unknown-run error.
@@ -58,19 +67,8 @@ async fn cancelling_a_parked_run_kills_its_tool_and_frees_its_slot() {
         ))
         .await;
     let run_id = waiting(&r).run_id.clone();
-    let started = Instant::now();
-    while !pid_file.exists()
-        || std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .is_empty()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the tool never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pid_written = || std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.ends_with('\n'));
+    eventually(Duration::from_secs(20), "the tool started", pid_written).await;
     let pid: i32 = std::fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
@@ -92,14 +90,12 @@ async fn cancelling_a_parked_run_kills_its_tool_and_frees_its_slot() {
     assert_eq!(f.code, ErrorCode::Aborted);
     assert_eq!(f.error, "code mode execution aborted");
     assert_eq!(f.failure_phase, FailurePhase::Host);
-    let started = Instant::now();
-    while alive(pid) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the tool's process outlived the cancel"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the tool's process is gone",
+        || !alive(pid),
+    )
+    .await;
     // The slot is free.
     let second = rt
         .exec(ExecInput::new("second", "await yield_control(); return 2"))

@@ -500,9 +500,24 @@ fn exec_and_wait_take_the_whole_contract_input() {
         assert_eq!(status, 2, "{bad}");
         assert!(stderr.contains(needle), "{bad}: {stderr}");
     }
-    let huge = format!(r#"{{"title":"t","code":"{}"}}"#, "x".repeat(8 * 256 * 1024));
+    // The cap: an input of exactly 2 MiB is read (the padding is a field
+    // the contract ignores); one byte more is a usage error.
+    let at_cap = |bytes: usize| {
+        let frame = r#"{"title":"t","code":"return 'at the cap'","pad":""}"#.len();
+        format!(
+            r#"{{"title":"t","code":"return 'at the cap'","pad":"{}"}}"#,
+            "x".repeat(bytes - frame)
+        )
+    };
     let big = dir.join("big.json");
-    std::fs::write(&big, huge).unwrap();
+    std::fs::write(&big, at_cap(2 * 1024 * 1024)).unwrap();
+    let (status, v, stderr) = exec_input(&format!("@{}", big.display()));
+    assert_eq!(
+        (status, v["value"].clone()),
+        (0, Value::from("at the cap")),
+        "{stderr}"
+    );
+    std::fs::write(&big, at_cap(2 * 1024 * 1024 + 1)).unwrap();
     let (status, _, stderr) = exec_input(&format!("@{}", big.display()));
     assert_eq!(status, 2);
     assert!(stderr.contains("is over 2097152 bytes"), "{stderr}");
