@@ -8,14 +8,16 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
+use crate::progress::Progress;
 use crate::store::Owner;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 
 /// Most characters (Unicode code points) a title may have.
 pub const MAX_TITLE_CHARS: usize = 120;
 
 /// A validated `exec` request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ExecInput {
     /// Short intent shown to people; not executed.
@@ -28,6 +30,10 @@ pub struct ExecInput {
     pub await_results: bool,
     /// Who may `wait` the cell if it parks (default: the anonymous owner).
     pub owner: Owner,
+    /// Cancels the call ([`ExecInput::with_cancel`]).
+    cancel_token: CancellationToken,
+    /// Counts the call's settled tool calls ([`ExecInput::with_progress`]).
+    progress: Option<Progress>,
 }
 
 impl ExecInput {
@@ -39,6 +45,8 @@ impl ExecInput {
             restart_safe: false,
             await_results: false,
             owner: Owner::default(),
+            cancel_token: CancellationToken::new(),
+            progress: None,
         }
     }
 
@@ -46,6 +54,37 @@ impl ExecInput {
     pub fn with_owner(mut self, owner: Owner) -> Self {
         self.owner = owner;
         self
+    }
+
+    /// Cancels the call when `token` is cancelled (operations.md §3.1): the
+    /// cell ends with `failed`, code `aborted` (`code mode execution
+    /// aborted`), keeping the output it produced; its tool calls get their
+    /// cancel signal (command tools: the process group is killed), its
+    /// store writes are discarded and its slot is freed. Guest code stops
+    /// within one fuel slice ([`crate::engine::YIELD_FUEL`]); a cell
+    /// waiting on tools stops at once. A token cancelled before the call
+    /// starts aborts it before any guest code runs.
+    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel_token = token;
+        self
+    }
+
+    /// The call's cancel token.
+    pub(crate) fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel_token
+    }
+
+    /// Reports the call's progress to `progress` (operations.md §3.2):
+    /// each tool call that settles while this call runs counts one, and
+    /// its name becomes the latest.
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The call's progress handle, if any.
+    pub(crate) fn progress(&self) -> Option<&Progress> {
+        self.progress.as_ref()
     }
 
     /// Validates raw `exec` arguments (a JSON object as a model or MCP
@@ -78,6 +117,8 @@ impl ExecInput {
             restart_safe,
             await_results,
             owner: Owner::default(),
+            cancel_token: CancellationToken::new(),
+            progress: None,
         };
         input.validate()?;
         Ok(input)
@@ -96,7 +137,7 @@ impl ExecInput {
 }
 
 /// A validated `wait` request (contract §3).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WaitInput {
     /// The parked run, trimmed.
@@ -106,6 +147,10 @@ pub struct WaitInput {
     /// Abandon the parked run instead of resuming it (operations.md §3.1):
     /// it is removed and this call returns the `aborted` result once.
     pub cancel: bool,
+    /// Cancels the call ([`WaitInput::with_cancel`]).
+    cancel_token: CancellationToken,
+    /// Counts the call's settled tool calls ([`WaitInput::with_progress`]).
+    progress: Option<Progress>,
 }
 
 impl WaitInput {
@@ -115,7 +160,34 @@ impl WaitInput {
             run_id: run_id.into().trim().to_string(),
             owner: Owner::default(),
             cancel: false,
+            cancel_token: CancellationToken::new(),
+            progress: None,
         }
+    }
+
+    /// Reports the call's progress to `progress`, as
+    /// [`ExecInput::with_progress`] does.
+    pub fn with_progress(mut self, progress: Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    /// The call's progress handle, if any.
+    pub(crate) fn progress(&self) -> Option<&Progress> {
+        self.progress.as_ref()
+    }
+
+    /// Cancels the call when `token` is cancelled, as
+    /// [`ExecInput::with_cancel`] does: the resumed cell ends `aborted` and
+    /// its run is removed (a later `wait` gets the unknown-run error).
+    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
+        self.cancel_token = token;
+        self
+    }
+
+    /// The call's cancel token.
+    pub(crate) fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel_token
     }
 
     /// Asks to abandon the run instead of resuming it.

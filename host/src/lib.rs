@@ -54,6 +54,7 @@ mod error;
 mod guest_abi;
 mod input;
 mod output;
+mod progress;
 mod registry;
 mod result;
 mod runtime;
@@ -67,18 +68,22 @@ pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX
 pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
+pub use progress::{Progress, MAX_PROGRESS_TOOL_NAME_BYTES};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
 pub use result::{
     CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
     WaitReason, Waiting,
 };
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{Runtime, RuntimeBuilder, SessionClosed};
 #[cfg(feature = "mcp-server")]
 pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 #[cfg(feature = "sqlite")]
 pub use store::STATE_FILE;
 pub use store::{Owner, StateStore};
+/// The cancel token of [`ExecInput::with_cancel`] and [`WaitInput::with_cancel`]
+/// (tokio-util's, re-exported so embedders need not depend on it).
+pub use tokio_util::sync::CancellationToken;
 pub use tools::mcp;
 pub use tools::mcp::{McpServerConfig, McpTransport};
 

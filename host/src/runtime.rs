@@ -207,6 +207,20 @@ fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
     )))
 }
 
+/// What [`Runtime::close_session`] released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionClosed {
+    /// Cells of the session that were running and were cancelled.
+    pub cancelled_cells: usize,
+    /// Parked runs removed.
+    pub removed_runs: usize,
+    /// Session values deleted.
+    pub removed_values: usize,
+    /// Saved results deleted.
+    pub removed_results: usize,
+}
+
 /// A quickcell runtime: runs cells under one set of limits.
 ///
 /// Cheap to share (`&Runtime` is all `exec` needs) and safe to use from
@@ -313,26 +327,30 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     pub async fn exec(&self, input: ExecInput) -> CellResult {
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry);
-        self.admitted(&input.owner.session, cell::exec(&env, &input))
-            .await
+        self.admitted(&input.owner.session, |session| {
+            cell::exec(&env, &input, session)
+        })
+        .await
     }
 
     /// Runs `call` (a cell of `session`) if the session is within its
     /// share of running cells, with a panic in its host code turned into
     /// that cell's `internal_error`.
-    async fn admitted(
+    /// `call` gets the session's cancel token ([`Runtime::close_session`]).
+    async fn admitted<F: std::future::Future<Output = CellResult>>(
         &self,
         session: &str,
-        call: impl std::future::Future<Output = CellResult>,
+        call: impl FnOnce(tokio_util::sync::CancellationToken) -> F,
     ) -> CellResult {
-        let Some(_active) = self.runs.start_cell(session) else {
+        let Some(active) = self.runs.start_cell(session) else {
             let error = format!(
                 "too many running code mode cells for this session (at most {} at once). Wait for a running cell to finish, then try again.",
                 self.runs.limits.max_running_cells_per_session()
             );
             return self.with_outage(cell::input_failure(error, self.telemetry()));
         };
-        let result = caught(call).await;
+        let result = caught(call(active.cancel.clone())).await;
+        drop(active);
         self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
     }
 
@@ -343,8 +361,10 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     pub async fn wait(&self, input: WaitInput) -> CellResult {
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry);
-        self.admitted(&input.owner.session, cell::wait(&env, &input))
-            .await
+        self.admitted(&input.owner.session, |session| {
+            cell::wait(&env, &input, session)
+        })
+        .await
     }
 
     /// Cancels a parked run of `owner` (operations.md §3.1): the run is
@@ -355,8 +375,11 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// later `wait` or `cancel` gets the unknown-run error. The owner checks
     /// are `wait`'s. The same as `wait` with [`WaitInput::cancelling`].
     ///
-    /// Cancels parked runs only: a cell running in an `exec` or `wait` call
-    /// is not reached yet (it ends at its deadline).
+    /// A cell running in an `exec` or `wait` call is cancelled through that
+    /// call's token ([`ExecInput::with_cancel`], [`WaitInput::with_cancel`])
+    /// or by closing its session ([`Runtime::close_session`]); a `wait`
+    /// that holds the run makes this call return the "already being
+    /// resumed" error.
     pub async fn cancel(&self, run_id: &str, owner: &Owner) -> CellResult {
         self.wait(
             WaitInput::new(run_id)
@@ -364,6 +387,79 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
                 .cancelling(),
         )
         .await
+    }
+
+    /// Closes a session (operations.md §3.1: what the MCP server does when
+    /// a client's session ends — stdio EOF, HTTP `DELETE`, idle expiry):
+    /// cancels the cells `owner.session` is running in this runtime (each
+    /// ends `aborted`, as with [`ExecInput::with_cancel`]), removes its
+    /// parked runs from the state store (their slots are freed and their
+    /// tool calls in this process get their cancel signal), and deletes its
+    /// session values and the saved results of `owner.agent_run`. A later
+    /// `wait` of one of its runs gets the unknown-run error. Closing a
+    /// session that holds nothing does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be updated; the cells
+    /// are cancelled regardless.
+    pub async fn close_session(&self, owner: &Owner) -> Result<SessionClosed, Error> {
+        let cancelled_cells = self.runs.cancel_session(&owner.session);
+        let store_error = |e: crate::store::StoreError| {
+            Error::state_store("cannot release a closed session", e.into())
+        };
+        let runs = self
+            .store
+            .remove_session_runs(&owner.session)
+            .await
+            .map_err(store_error)?;
+        self.runs.forget_live(&runs);
+        let values = self
+            .store
+            .store_clear(&owner.session)
+            .await
+            .map_err(store_error)?;
+        let results = self
+            .store
+            .result_clear(&owner.agent_run)
+            .await
+            .map_err(store_error)?;
+        Ok(SessionClosed {
+            cancelled_cells,
+            removed_runs: runs.len(),
+            removed_values: values,
+            removed_results: results,
+        })
+    }
+
+    /// [`Runtime::exec_json_as`] for `owner`, with `control` applied to
+    /// the validated input (a front end's cancel token and progress).
+    #[cfg(feature = "mcp-server")]
+    pub(crate) async fn exec_json_controlled(
+        &self,
+        owner: Owner,
+        args: &serde_json::Value,
+        control: impl FnOnce(ExecInput) -> ExecInput,
+    ) -> CellResult {
+        match ExecInput::from_json(args) {
+            Ok(input) => self.exec(control(input.with_owner(owner))).await,
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
+        }
+    }
+
+    /// [`Runtime::wait_json_as`] for `owner`, with `control` applied as
+    /// [`Runtime::exec_json_controlled`] does.
+    #[cfg(feature = "mcp-server")]
+    pub(crate) async fn wait_json_controlled(
+        &self,
+        owner: Owner,
+        args: &serde_json::Value,
+        control: impl FnOnce(WaitInput) -> WaitInput,
+    ) -> CellResult {
+        match WaitInput::from_json(args) {
+            Ok(input) => self.wait(control(input.with_owner(owner))).await,
+            Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
+        }
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).

@@ -78,6 +78,9 @@ impl RunStore for Counting {
     async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
         self.inner.purge_expired(now_ms).await
     }
+    async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
+        self.inner.remove_session_runs(session).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -95,6 +98,9 @@ impl SessionStore for Counting {
     ) -> StoreResult<()> {
         self.commits.fetch_add(1, SeqCst);
         self.inner.store_commit(session, writes).await
+    }
+    async fn store_clear(&self, session: &str) -> StoreResult<usize> {
+        self.inner.store_clear(session).await
     }
 }
 
@@ -117,6 +123,9 @@ impl ResultStore for Counting {
     }
     async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
         self.inner.result_delete(agent_run, id).await
+    }
+    async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
+        self.inner.result_clear(agent_run).await
     }
 }
 

@@ -3,15 +3,21 @@
 
 use crate::{failed, value, waiting};
 use quickcell::{
-    Config, ErrorCode, ExecInput, FailurePhase, HostLimits, Limits, Owner, Runtime, ToolRegistry,
-    WaitInput,
+    CancellationToken, CellResult, Config, ErrorCode, ExecInput, FailurePhase, HostLimits, Limits,
+    Owner, Runtime, ToolRegistry, WaitInput,
 };
 use serde_json::json;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A runtime with the command tool `pid_nap` (writes its pid to `pid_file`,
-/// then sleeps 30 s) and room for one parked run.
+/// then sleeps 30 s) and room for one parked run; cells park after 300 ms.
 async fn napping_runtime(pid_file: &std::path::Path) -> Runtime {
+    napping_runtime_with(pid_file, 300).await
+}
+
+/// [`napping_runtime`] with cells that run `timeout_ms` before parking.
+async fn napping_runtime_with(pid_file: &std::path::Path, timeout_ms: u64) -> Runtime {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/pid_nap.sh");
     let config = Config::parse(&format!(
         "[[tools]]\nname = \"pid_nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"30\"]\ntimeout_ms = 60000\n",
@@ -20,7 +26,7 @@ async fn napping_runtime(pid_file: &std::path::Path) -> Runtime {
     ))
     .unwrap();
     Runtime::builder()
-        .limits(Limits::default().with_timeout_ms(300))
+        .limits(Limits::default().with_timeout_ms(timeout_ms))
         .host_limits(HostLimits::default().with_max_suspended_runs(1))
         .tools(ToolRegistry::from_config(&config).unwrap())
         .build()
@@ -197,5 +203,277 @@ fn quickcell_cancel_removes_a_run_parked_by_another_process() {
     );
     let (status, _) = run(&["cancel", "--state-dir", state, &id]);
     assert_eq!(status, 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A scratch directory and the pid file of `pid_nap` in it.
+fn scratch(what: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("quickcell-{what}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("pid");
+    (dir, pid_file)
+}
+
+/// The pid `pid_nap` wrote, once it has written it.
+async fn napping_pid(pid_file: &std::path::Path) -> i32 {
+    let written = || std::fs::read_to_string(pid_file).is_ok_and(|pid| pid.ends_with('\n'));
+    eventually(Duration::from_secs(20), "the tool started", written).await;
+    let pid = std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    pid
+}
+
+/// A running cell cancelled through its token while it waits on a command
+/// tool: `aborted` (phase host) with the output it emitted, the tool's
+/// process is gone, its store writes are discarded and its slot is free.
+#[tokio::test]
+async fn cancelling_a_running_cell_keeps_its_output_and_kills_its_tool() {
+    let (dir, pid_file) = scratch("cancel-running");
+    let rt = Arc::new(napping_runtime_with(&pid_file, 60_000).await);
+    let token = CancellationToken::new();
+    let owner = Owner {
+        agent_run: "a".into(),
+        session: "s".into(),
+    };
+    let call = tokio::spawn({
+        let (rt, token, owner) = (rt.clone(), token.clone(), owner.clone());
+        async move {
+            rt.exec(
+                ExecInput::new(
+                    "nap",
+                    "text('started'); await store('k', 1); return await pid_nap({});",
+                )
+                .with_owner(owner)
+                .with_cancel(token),
+            )
+            .await
+        }
+    });
+    let pid = napping_pid(&pid_file).await;
+    token.cancel();
+    let r = call.await.unwrap();
+    let f = failed(&r);
+    assert_eq!(
+        (f.code, f.failure_phase, f.error.as_str()),
+        (
+            ErrorCode::Aborted,
+            FailurePhase::Host,
+            "code mode execution aborted"
+        )
+    );
+    assert_eq!(
+        serde_json::to_value(&f.output).unwrap(),
+        json!([{"type": "text", "text": "started"}])
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the tool's process is gone",
+        || !alive(pid),
+    )
+    .await;
+    // The write was discarded; the one slot is free for a cell that parks.
+    let r = rt
+        .exec(
+            ExecInput::new("load", "await yield_control(); return await load('k')")
+                .with_owner(owner.clone()),
+        )
+        .await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(
+        value(&rt.wait(WaitInput::new(id).with_owner(owner)).await),
+        json!(null)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Guest code that never yields to the host is stopped at its next fuel
+/// slice; a token cancelled before the call aborts it before any guest
+/// code runs.
+#[tokio::test]
+async fn cancelling_stops_a_busy_loop_and_a_cancelled_token_runs_nothing() {
+    let rt = Arc::new(crate::runtime(Limits::default().with_timeout_ms(60_000)).await);
+    let token = CancellationToken::new();
+    let call = tokio::spawn({
+        let (rt, token) = (rt.clone(), token.clone());
+        async move {
+            rt.exec(ExecInput::new("spin", "text('spinning'); while (true) {}").with_cancel(token))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    token.cancel();
+    let r = call.await.unwrap();
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    assert_eq!(
+        serde_json::to_value(&failed(&r).output).unwrap(),
+        json!([{"type": "text", "text": "spinning"}])
+    );
+
+    let r = rt
+        .exec(ExecInput::new("never", "text('ran'); return 1").with_cancel(token))
+        .await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::Aborted);
+    assert!(f.output.is_empty() && !f.bridge_dispatch_started);
+}
+
+/// A `wait` cancelled while the resumed cell runs ends `aborted` and
+/// removes the run: a later `wait` gets the unknown-run error.
+#[tokio::test]
+async fn cancelling_a_wait_removes_the_run() {
+    let (dir, pid_file) = scratch("cancel-wait");
+    let rt = Arc::new(napping_runtime_with(&pid_file, 60_000).await);
+    let r = rt
+        .exec(ExecInput::new(
+            "park",
+            "await yield_control(); text('resumed'); return await pid_nap({})",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let token = CancellationToken::new();
+    let call = tokio::spawn({
+        let (rt, token, id) = (rt.clone(), token.clone(), id.clone());
+        async move { rt.wait(WaitInput::new(id).with_cancel(token)).await }
+    });
+    let pid = napping_pid(&pid_file).await;
+    token.cancel();
+    let r = call.await.unwrap();
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    assert_eq!(
+        serde_json::to_value(&failed(&r).output).unwrap(),
+        json!([{"type": "text", "text": "resumed"}])
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the tool's process is gone",
+        || !alive(pid),
+    )
+    .await;
+    let r = rt.wait(WaitInput::new(id)).await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Closing a session cancels its running cell, removes its parked run
+/// (whose tool is killed), and deletes its values and saved results;
+/// another session keeps all of its own.
+#[tokio::test]
+async fn closing_a_session_cancels_its_cells_and_releases_what_it_holds() {
+    let (dir, _) = scratch("close-session");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tools/pid_nap.sh");
+    let tool = |name: &str| {
+        format!(
+            "[[tools]]\nname = \"{name}\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{script:?}, {:?}, \"30\"]\ntimeout_ms = 60000\n",
+            dir.join(name).display().to_string()
+        )
+    };
+    let config = Config::parse(&format!("{}{}", tool("nap_parked"), tool("nap_running"))).unwrap();
+    let rt = Arc::new(
+        Runtime::builder()
+            .limits(Limits::default().with_timeout_ms(1_000))
+            .tools(ToolRegistry::from_config(&config).unwrap())
+            .build()
+            .await
+            .unwrap(),
+    );
+    let owner = |session: &str| Owner {
+        agent_run: session.into(),
+        session: session.into(),
+    };
+    let (alice, bob) = (owner("alice"), owner("bob"));
+    let mut saved = Vec::new();
+    for who in [&alice, &bob] {
+        let r = rt
+            .exec(
+                ExecInput::new(
+                    "keep",
+                    "await store('k', 1); return (await results.save({ big: 'x'.repeat(10) })).id",
+                )
+                .with_owner(who.clone()),
+            )
+            .await;
+        assert!(matches!(r, CellResult::Completed(_)), "{r:?}");
+        saved.push(value(&r).as_str().unwrap().to_string());
+    }
+    let load = |id: &str| {
+        format!("try {{ return [await load('k'), (await results.load({id:?})).big] }} catch (e) {{ return [await load('k'), String(e.message)] }}")
+    };
+    let parked = rt
+        .exec(ExecInput::new("park", "return await nap_parked({})").with_owner(alice.clone()))
+        .await;
+    let parked_id = waiting(&parked).run_id.clone();
+    let bobs = rt
+        .exec(ExecInput::new("park", "await yield_control(); return 'bob'").with_owner(bob.clone()))
+        .await;
+    let bobs_id = waiting(&bobs).run_id.clone();
+    let parked_pid = napping_pid(&dir.join("nap_parked")).await;
+    // A running cell of alice: awaitResults keeps the call open.
+    let running = tokio::spawn({
+        let (rt, alice) = (rt.clone(), alice.clone());
+        async move {
+            rt.exec_json_as(
+                Some(alice),
+                &json!({"title": "run", "code": "text('on'); return await nap_running({})", "awaitResults": true}),
+            )
+            .await
+        }
+    });
+    let running_pid = napping_pid(&dir.join("nap_running")).await;
+
+    let closed = rt.close_session(&alice).await.unwrap();
+    assert_eq!(
+        (
+            closed.cancelled_cells,
+            closed.removed_runs,
+            closed.removed_values,
+            closed.removed_results
+        ),
+        (1, 1, 1, 1)
+    );
+    let r = running.await.unwrap();
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    assert_eq!(
+        serde_json::to_value(&failed(&r).output).unwrap(),
+        json!([{"type": "text", "text": "on"}])
+    );
+    for pid in [parked_pid, running_pid] {
+        eventually(
+            Duration::from_secs(10),
+            "the tools' processes are gone",
+            || !alive(pid),
+        )
+        .await;
+    }
+    let r = rt
+        .wait(WaitInput::new(&parked_id).with_owner(alice.clone()))
+        .await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+    let r = rt
+        .exec(ExecInput::new("read", load(&saved[0])).with_owner(alice.clone()))
+        .await;
+    let v = value(&r);
+    assert_eq!(v[0], json!(null));
+    assert!(v[1].as_str().is_some_and(|e| e != "xxxxxxxxxx"), "{v}");
+    // Bob keeps his run, his value and his result.
+    assert_eq!(
+        value(
+            &rt.wait(WaitInput::new(bobs_id).with_owner(bob.clone()))
+                .await
+        ),
+        json!("bob")
+    );
+    let r = rt
+        .exec(ExecInput::new("read", load(&saved[1])).with_owner(bob.clone()))
+        .await;
+    assert_eq!(value(&r), json!([1, "xxxxxxxxxx"]));
+    // A new cell of the closed session runs as usual.
+    let r = rt
+        .exec(ExecInput::new("again", "return 2").with_owner(alice))
+        .await;
+    assert_eq!(value(&r), json!(2));
     std::fs::remove_dir_all(&dir).ok();
 }

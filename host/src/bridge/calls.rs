@@ -33,6 +33,18 @@ struct CallValueArgs {
     input: Option<Value>,
 }
 
+/// The `callable` of a `callValue` request's arguments (what the cell
+/// called), for progress reports; `None` when they do not parse.
+pub(crate) fn callable(args_json: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Callable {
+        callable: String,
+    }
+    serde_json::from_str::<Callable>(args_json)
+        .ok()
+        .map(|c| c.callable)
+}
+
 /// Starts a tool call. A tool that answers without waiting (a lookup, a
 /// no-op, anything done in its first poll) settles with this batch.
 pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &str) -> Start {

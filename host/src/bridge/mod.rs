@@ -180,6 +180,8 @@ pub(crate) struct Bridge {
     untrusted_source: Option<&'static str>,
     /// Whether any request was accepted for dispatch.
     pub dispatch_started: bool,
+    /// Counts settled tool calls for the call driving the cell.
+    progress: Option<crate::progress::Progress>,
 }
 
 impl Bridge {
@@ -203,7 +205,14 @@ impl Bridge {
             untrusted_source: tools.untrusted_source,
             tools,
             dispatch_started: false,
+            progress: None,
         }
+    }
+
+    /// Counts the tool calls that settle from now on in `progress`
+    /// (replacing the handle of an earlier call of the same run).
+    pub(crate) fn set_progress(&mut self, progress: Option<crate::progress::Progress>) {
+        self.progress = progress;
     }
 
     /// The untrusted provider whose content the cell may have seen.
@@ -506,10 +515,15 @@ impl Bridge {
     fn start(&mut self, request: BridgeRequest) {
         let id = request.id;
         let ready_before = self.ready.len();
+        let tool_call = (self.progress.is_some() && request.method == "callValue")
+            .then(|| calls::callable(&request.args_json));
         let replay_safe = self.start_request(request);
         if self.ready.len() > ready_before {
             // Settled at once (search, describe, a rejected call).
             self.outstanding.remove(&id);
+            if let (Some(progress), Some(tool)) = (&self.progress, tool_call) {
+                progress.tool_settled(tool.as_deref());
+            }
         } else if let Some(o) = self.outstanding.get_mut(&id) {
             o.started = true;
             o.replay_safe = replay_safe;
@@ -724,6 +738,9 @@ impl Bridge {
                 self.tokens.remove(&id);
                 if let Some(request) = self.outstanding.remove(&id) {
                     settlement = self.fit_inbox(settlement, &request.method);
+                    if let (Some(progress), "callValue") = (&self.progress, &*request.method) {
+                        progress.tool_settled(calls::callable(&request.args_json).as_deref());
+                    }
                 }
                 self.ready.push(settlement);
             }

@@ -98,10 +98,10 @@ impl LiveCell {
                 let bound = Duration::from_millis(env.runs.limits.max_await_results_ms());
                 let allowance = bound.saturating_sub(self.awaited);
                 let waiting_since = process_nanos();
-                let batch = self
-                    .bridge
-                    .next_batch(Some(Instant::now() + allowance))
-                    .await;
+                let batch = tokio::select! {
+                    batch = self.bridge.next_batch(Some(Instant::now() + allowance)) => batch,
+                    () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                };
                 let waited = process_nanos().saturating_sub(waiting_since);
                 self.awaited += Duration::from_nanos(waited);
                 let deadline = &mut self.store.data_mut().deadline_ns;
@@ -124,7 +124,10 @@ impl LiveCell {
                 if Instant::now() >= park_at {
                     None
                 } else {
-                    self.bridge.next_batch(Some(park_at)).await
+                    tokio::select! {
+                        batch = self.bridge.next_batch(Some(park_at)) => batch,
+                        () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                    }
                 }
             };
             match batch {

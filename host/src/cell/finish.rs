@@ -248,6 +248,9 @@ pub(super) fn ending_from_trap(err: wasmtime::Error, state: &CellState) -> Endin
         phase: FailurePhase::Guest,
         error,
     };
+    if err.downcast_ref::<Cancelled>().is_some() {
+        return aborted_ending();
+    }
     if err.downcast_ref::<DeadlineExceeded>().is_some() {
         return guest(ErrorCode::Timeout, crate::Error::Timeout.to_string());
     }
@@ -312,6 +315,25 @@ pub(crate) fn host_panic(telemetry: Telemetry) -> CellResult {
 }
 
 /// The contract's `aborted` result: the run was cancelled.
+/// The ending of a cancelled cell (operations.md §3.1): its output so far
+/// is kept by [`LiveCell::end`], like any failure's.
+pub(super) fn aborted_ending() -> Ending {
+    Ending::Failed {
+        code: ErrorCode::Aborted,
+        phase: FailurePhase::Host,
+        error: crate::Error::Aborted.to_string(),
+    }
+}
+
+/// A call cancelled before any guest code ran.
+pub(super) fn aborted_before_start(telemetry: Telemetry) -> CellResult {
+    let mut result = aborted(telemetry);
+    if let CellResult::Failed(f) = &mut result {
+        f.bridge_dispatch_started = false;
+    }
+    result
+}
+
 pub(super) fn aborted(telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),

@@ -42,7 +42,9 @@ use crate::clock::unix_ms;
 use crate::config::{Fuel, Limits};
 use crate::engine::{FreshInstance, SharedEngine};
 use crate::guest_abi::channel::OutputBuffer;
-use crate::guest_abi::{process_nanos, CellState, DeadlineExceeded, GuestExports};
+use crate::guest_abi::{
+    process_nanos, CancelOn, Cancelled, CellState, DeadlineExceeded, GuestExports,
+};
 use crate::input::{ExecInput, WaitInput};
 use crate::output;
 use crate::result::{
@@ -141,6 +143,8 @@ struct LiveCell {
     awaited: Duration,
     slot: Option<SlotGuard>,
     fuel_start: u64,
+    /// What cancels the call (also in the store's [`CellState`]).
+    cancel: CancelOn,
 }
 
 /// Margin before the deadline at which a cell waiting on host work parks
@@ -192,10 +196,22 @@ fn deadline_after(timeout_ms: u64) -> u64 {
     process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000))
 }
 
-/// Runs a new cell (`exec`) until it completes, fails or parks.
-pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
+/// Runs a new cell (`exec`) until it completes, fails or parks, or
+/// `session` (its session's token) or the input's token cancels it.
+pub(crate) async fn exec(
+    env: &CellEnv<'_>,
+    input: &ExecInput,
+    session: tokio_util::sync::CancellationToken,
+) -> CellResult {
     if let Err(message) = input.validate() {
         return input_failure(message, (env.telemetry)());
+    }
+    let cancel = CancelOn {
+        call: input.cancel_token().clone(),
+        session,
+    };
+    if cancel.is_cancelled() {
+        return aborted_before_start((env.telemetry)());
     }
     let is_tool_global = |name: &str| env.tools.projection.resolve(name).is_some();
     // Large sources are checked a few at a time process-wide: a hostile one
@@ -219,6 +235,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         Ok(x) => x,
         Err(failure) => return failure,
     };
+    store.data_mut().cancel = cancel.clone();
     // The random seed has a fixed width, so parsing it costs the same fuel
     // for every seed; the catalog's members are built once per runtime.
     let options = format!(
@@ -230,19 +247,21 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
     let status = exports
         .start(&mut store, &cell_function, &options, &env.tools.metas_json)
         .await;
+    let mut bridge = Bridge::new(
+        env.tools.clone(),
+        env.limits.max_pending_tool_calls() as usize,
+        input.restart_safe,
+    )
+    .with_reply_inbox(env.limits.reply_inbox_bytes())
+    .with_session(SessionAccess {
+        state: env.store.clone(),
+        owner: input.owner.clone(),
+    });
+    bridge.set_progress(input.progress().cloned());
     let cell = LiveCell {
         store,
         exports,
-        bridge: Bridge::new(
-            env.tools.clone(),
-            env.limits.max_pending_tool_calls() as usize,
-            input.restart_safe,
-        )
-        .with_reply_inbox(env.limits.reply_inbox_bytes())
-        .with_session(SessionAccess {
-            state: env.store.clone(),
-            owner: input.owner.clone(),
-        }),
+        bridge,
         run_id: None,
         owner: input.owner.clone(),
         generation: 0,
@@ -253,6 +272,7 @@ pub(crate) async fn exec(env: &CellEnv<'_>, input: &ExecInput) -> CellResult {
         awaited: Duration::ZERO,
         slot: None,
         fuel_start,
+        cancel,
     };
     cell.drive(env, status).await
 }
@@ -274,10 +294,21 @@ fn refusal_message(refused: ClaimRefused, tools: &crate::bridge::CellTools) -> S
     }
 }
 
-/// Resumes a parked cell (`wait`).
-pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
+/// Resumes a parked cell (`wait`); cancelled as [`exec`] is.
+pub(crate) async fn wait(
+    env: &CellEnv<'_>,
+    input: &WaitInput,
+    session: tokio_util::sync::CancellationToken,
+) -> CellResult {
     if let Err(message) = input.validate() {
         return input_failure(message, (env.telemetry)());
+    }
+    let cancel = CancelOn {
+        call: input.cancel_token().clone(),
+        session,
+    };
+    if cancel.is_cancelled() {
+        return aborted_before_start((env.telemetry)());
     }
     let run_id = input.run_id.trim();
     let live = env.runs.take_live(run_id).await;
@@ -310,7 +341,7 @@ pub(crate) async fn wait(env: &CellEnv<'_>, input: &WaitInput) -> CellResult {
     if input.cancel {
         return abandon(env, run_id, live).await;
     }
-    match restore(env, run_id, claimed, live).await {
+    match restore(env, run_id, claimed, live, cancel, input.progress()).await {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {
             // A runtime that cannot start leaves the run parked for a later

@@ -6,6 +6,11 @@ use super::*;
 impl LiveCell {
     /// Checkpoints the cell and parks it (contract §9.3).
     pub(super) async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+        // A cancelled cell ends instead of parking (its run, if it had
+        // one, is removed by `end`).
+        if self.cancel.is_cancelled() {
+            return self.end(env, aborted_ending()).await;
+        }
         self.bridge.finish_store_requests().await;
         let checkpoint_started = Instant::now();
         // Collect garbage (past 1 MiB of new heap) and zero the free pages
@@ -157,12 +162,15 @@ impl LiveCell {
         let replay_safe = self.replay_safe();
         let untrusted_source = self.bridge.untrusted_source();
         let LiveCell {
-            bridge,
+            mut bridge,
             store,
             slot,
             ..
         } = self;
         release_in_background(store, None);
+        // What settles while parked is counted by the `wait` that
+        // delivers it.
+        bridge.set_progress(None);
         env.runs
             .keep_live(&run_id, host.generation, expires_at_ms, bridge);
         // The stored run holds the slot from now on.

@@ -10,6 +10,8 @@ pub(super) async fn restore(
     run_id: &str,
     claimed: crate::store::Claimed,
     live: Option<Bridge>,
+    cancel: CancelOn,
+    progress: Option<&crate::progress::Progress>,
 ) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
     let unusable = |e: String| {
         CellResult::Failed(Failed {
@@ -53,6 +55,7 @@ pub(super) async fn restore(
         .saturating_sub(host.delivered_output_bytes);
     let (mut store, exports, fuel_start) =
         instantiate(env, output_cap, clock_offset, deadline).await?;
+    store.data_mut().cancel = cancel.clone();
     let memory = exports.memory;
     let current = memory.data_size(&store);
     if snapshot.memory_bytes < current {
@@ -120,6 +123,7 @@ pub(super) async fn restore(
             })
         }
     };
+    bridge.set_progress(progress.cloned());
     bridge.release_yields();
     bridge.collect_finished();
     let batch = bridge.take_ready();
@@ -151,6 +155,7 @@ pub(super) async fn restore(
         awaited: Duration::ZERO,
         slot: None,
         fuel_start,
+        cancel,
     };
     Ok((cell, status))
 }

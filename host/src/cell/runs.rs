@@ -83,7 +83,7 @@ pub(crate) struct RunRegistry {
     /// The same, per session.
     running_by_session: Mutex<HashMap<String, usize>>,
     /// Cells of this process in an `exec` or `wait`, per session.
-    active_by_session: Mutex<HashMap<String, usize>>,
+    active_by_session: Mutex<HashMap<String, ActiveSession>>,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
@@ -100,15 +100,31 @@ impl Drop for SlotGuard {
     }
 }
 
+/// The cells a session has in progress in this process.
+struct ActiveSession {
+    count: usize,
+    /// Cancelled when the session is closed ([`RunRegistry::cancel_session`]);
+    /// a fresh one once the session has no cell left.
+    cancel: CancellationToken,
+}
+
 /// A cell of a session in progress (`exec` or `wait`); released on drop.
 pub(crate) struct ActiveCell {
     registry: Arc<RunRegistry>,
     session: String,
+    /// The session's token: cancelled when the session is closed.
+    pub cancel: CancellationToken,
 }
 
 impl Drop for ActiveCell {
     fn drop(&mut self) {
-        release(&self.registry.active_by_session, &self.session);
+        let mut active = self.registry.active();
+        if let Some(entry) = active.get_mut(&self.session) {
+            entry.count = entry.count.saturating_sub(1);
+            if entry.count == 0 {
+                active.remove(&self.session);
+            }
+        }
     }
 }
 
@@ -149,15 +165,54 @@ impl RunRegistry {
     /// Admits one more running cell of `session`, or `None` when the
     /// session already runs `max_running_cells_per_session`.
     pub(crate) fn start_cell(self: &Arc<Self>, session: &str) -> Option<ActiveCell> {
-        acquire(
-            &self.active_by_session,
-            session,
-            self.limits.max_running_cells_per_session(),
-        )
-        .then(|| ActiveCell {
+        let mut active = self.active();
+        let entry = active
+            .entry(session.to_string())
+            .or_insert_with(|| ActiveSession {
+                count: 0,
+                cancel: CancellationToken::new(),
+            });
+        if entry.count as u64 >= self.limits.max_running_cells_per_session() {
+            return None;
+        }
+        entry.count += 1;
+        Some(ActiveCell {
             registry: self.clone(),
             session: session.to_string(),
+            cancel: entry.cancel.clone(),
         })
+    }
+
+    fn active(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveSession>> {
+        self.active_by_session
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cancels every cell `session` has in progress in this process; each
+    /// ends `aborted` at its next fuel yield or at once if it waits on
+    /// tools. Returns how many there were.
+    pub(crate) fn cancel_session(&self, session: &str) -> usize {
+        match self.active().get(session) {
+            Some(entry) => {
+                entry.cancel.cancel();
+                entry.count
+            }
+            None => 0,
+        }
+    }
+
+    /// Drops this process's bridges of `runs` (removed from the store):
+    /// their tool calls get their cancel signal.
+    pub(crate) fn forget_live(&self, runs: &[String]) {
+        let mut live = self.live();
+        for id in runs {
+            if let Some(LiveRun::Draining { stop, .. }) = live.remove(id) {
+                // The drainer returns the bridge, which is dropped with
+                // its task's output.
+                stop.cancel();
+            }
+        }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {

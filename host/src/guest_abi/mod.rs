@@ -18,6 +18,7 @@ pub(crate) mod channel;
 
 use anyhow::{anyhow, bail, Result};
 use channel::OutputBuffer;
+use tokio_util::sync::CancellationToken;
 use wasmtime::{
     Caller, Extern, Global, Instance, Linker, Memory, ResourceLimiter, Store, TypedFunc,
 };
@@ -77,6 +78,52 @@ impl std::fmt::Display for DeadlineExceeded {
     }
 }
 impl std::error::Error for DeadlineExceeded {}
+
+/// Marker error of a guest call stopped because its cell was cancelled
+/// (see [`before_deadline`]).
+#[derive(Debug)]
+pub(crate) struct Cancelled;
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("code mode execution aborted")
+    }
+}
+impl std::error::Error for Cancelled {}
+
+/// What cancels a cell: its call's token (the embedder's, or an MCP
+/// request's) and its session's (closing the session cancels every cell
+/// it runs).
+#[derive(Clone, Default)]
+pub(crate) struct CancelOn {
+    /// The call's token.
+    pub call: CancellationToken,
+    /// The session's token.
+    pub session: CancellationToken,
+}
+
+impl CancelOn {
+    /// Whether either token is cancelled.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.call.is_cancelled() || self.session.is_cancelled()
+    }
+
+    /// Completes once either token is cancelled.
+    pub(crate) async fn cancelled(&self) {
+        tokio::select! {
+            () = self.call.cancelled() => {}
+            () = self.session.cancelled() => {}
+        }
+    }
+}
+
+/// When a guest call must stop: at the cell's deadline or once the cell is
+/// cancelled ([`CellState::stop`]).
+#[derive(Clone)]
+pub(crate) struct Stop {
+    deadline_ns: u64,
+    cancel: CancelOn,
+}
 
 /// The monotonic clock the guest sees: nanoseconds since this process
 /// started plus a per-cell offset, so `performance.now()` never runs
@@ -152,6 +199,9 @@ pub(crate) struct CellState {
     /// code stops when it passes ([`before_deadline`]); an `awaitResults`
     /// cell's deadline moves later while it waits on tools.
     pub deadline_ns: u64,
+    /// Cancels the cell: guest code stops at its next fuel yield
+    /// ([`before_deadline`]) with [`Cancelled`].
+    pub cancel: CancelOn,
     /// The instance's memory, kept here so the host functions do not look
     /// the export up by name on every call (set by [`GuestExports::new`]).
     memory: Option<Memory>,
@@ -231,6 +281,7 @@ impl CellState {
             wasi: sandboxed_wasi(clock_offset_ns),
             clock_offset_ns,
             deadline_ns: u64::MAX,
+            cancel: CancelOn::default(),
             memory_cap,
             memory_refused: false,
             output,
@@ -258,6 +309,14 @@ impl CellState {
         *self = Self::with_clock_offset(memory_cap, output, clock_offset_ns);
         self.memory = memory;
         self.deadline_ns = deadline_ns;
+    }
+
+    /// When guest calls made now must stop.
+    pub(crate) fn stop(&self) -> Stop {
+        Stop {
+            deadline_ns: self.deadline_ns,
+            cancel: self.cancel.clone(),
+        }
     }
 
     /// Placeholder state of a store whose instance has not run a cell yet
@@ -489,7 +548,7 @@ impl GuestExports {
         let len = u32::try_from(s.len())
             .map_err(|_| wasmtime::Error::msg("string too large for the guest"))?;
         let ptr = before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.realloc.call_async(&mut *store, (0, 0, 1, len)),
         )
         .await?;
@@ -528,13 +587,13 @@ impl GuestExports {
         let (op, ol) = self.pass_string(store, options_json).await?;
         let (mp, ml) = self.pass_string(store, tool_metas_json).await?;
         let ret = before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.start.call_async(&mut *store, (sp, sl, op, ol, mp, ml)),
         )
         .await?;
         let status = self.read_returned_string(store, ret)?;
         before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.post_start.call_async(&mut *store, ret),
         )
         .await?;
@@ -545,14 +604,11 @@ impl GuestExports {
 impl GuestExports {
     /// Calls `cell.status()` and returns the status JSON.
     pub(crate) async fn status(&self, store: &mut Store<CellState>) -> wasmtime::Result<String> {
-        let ret = before_deadline(
-            store.data().deadline_ns,
-            self.status.call_async(&mut *store, ()),
-        )
-        .await?;
+        let ret =
+            before_deadline(store.data().stop(), self.status.call_async(&mut *store, ())).await?;
         let status = self.read_returned_string(store, ret)?;
         before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.post_status.call_async(&mut *store, ret),
         )
         .await?;
@@ -569,7 +625,7 @@ impl GuestExports {
         store: &mut Store<CellState>,
     ) -> wasmtime::Result<Vec<u8>> {
         let at = before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.checkpoint.call_async(&mut *store, ()),
         )
         .await? as usize;
@@ -598,7 +654,7 @@ impl GuestExports {
         random_seed: u64,
     ) -> wasmtime::Result<()> {
         before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.resume.call_async(&mut *store, random_seed),
         )
         .await
@@ -613,7 +669,7 @@ impl GuestExports {
     ) -> wasmtime::Result<String> {
         let (rp, rl) = self.pass_string(store, results_json).await?;
         let finished = before_deadline(
-            store.data().deadline_ns,
+            store.data().stop(),
             self.settle.call_async(&mut *store, (rp, rl)),
         )
         .await?;
@@ -625,7 +681,8 @@ impl GuestExports {
 }
 
 /// Runs one call into the guest until it returns, or fails it with
-/// [`DeadlineExceeded`] once `deadline_ns` ([`process_nanos`]) has passed.
+/// [`DeadlineExceeded`] once the deadline ([`process_nanos`]) has passed,
+/// or with [`Cancelled`] once the cell's cancel token is cancelled.
 ///
 /// This is how `timeoutMs` stops guest code: the guest yields to the host
 /// every [`crate::engine::YIELD_FUEL`] of fuel (and at its async WASI
@@ -633,14 +690,19 @@ impl GuestExports {
 /// call that has run past the deadline is dropped, which unwinds the guest
 /// out of its fiber; the instance is discarded with the cell, as after any
 /// trap. Output the cell emitted before stays in its [`CellState`]. A call
-/// started after the deadline fails before it runs.
+/// started after the deadline, or once cancelled, fails before it runs.
+/// Cancellation is seen at the same points as the deadline, so a cell
+/// spinning in a loop stops within one fuel slice of its cancel.
 pub(crate) async fn before_deadline<T>(
-    deadline_ns: u64,
+    stop: Stop,
     call: impl std::future::Future<Output = wasmtime::Result<T>>,
 ) -> wasmtime::Result<T> {
     let mut call = std::pin::pin!(call);
     std::future::poll_fn(|cx| {
-        if process_nanos() >= deadline_ns {
+        if stop.cancel.is_cancelled() {
+            return std::task::Poll::Ready(Err(wasmtime::Error::new(Cancelled)));
+        }
+        if process_nanos() >= stop.deadline_ns {
             return std::task::Poll::Ready(Err(wasmtime::Error::new(DeadlineExceeded)));
         }
         call.as_mut().poll(cx)

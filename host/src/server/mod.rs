@@ -78,15 +78,18 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
         ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-        Tool,
+        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+        ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
     },
-    service::RequestContext,
+    service::{Peer, RequestContext},
     ErrorData, RoleServer, ServerHandler,
 };
 use serde_json::{json, Value};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+use crate::progress::Progress;
 use crate::result::CellResult;
 use crate::store::Owner;
 use crate::Runtime;
@@ -96,13 +99,26 @@ pub use transport::HttpOptions;
 mod tool_search;
 mod transport;
 
+/// How the MCP request behind an `exec` or `wait` controls it.
+#[derive(Clone, Default)]
+pub(crate) struct CallControl {
+    /// Cancelled by the client's `notifications/cancelled` for the request
+    /// (and by rmcp when the connection ends).
+    pub cancel: CancellationToken,
+    /// Read by the progress reporter ([`report_progress`]).
+    pub progress: Progress,
+}
+
 /// What the MCP server needs from quickcell.
 #[async_trait::async_trait]
 pub(crate) trait CellService: Send + Sync + 'static {
     /// Runs `exec` with raw MCP arguments for the given MCP session id.
-    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult;
+    async fn exec(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult;
     /// Runs `wait` likewise.
-    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult;
+    async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult;
+    /// Closes an MCP session: cancels its running cells and releases its
+    /// parked runs, session values and saved results.
+    async fn close_session(&self, session: &str);
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
     /// Runs a structured Tool Search operation (`--mode tools`).
@@ -188,6 +204,39 @@ pub(crate) fn wait_input_schema() -> Value {
         "required": ["runId"],
         "additionalProperties": false
     })
+}
+
+/// How long an `exec` or `wait` runs before its first progress
+/// notification (operations.md §3.2).
+pub(crate) const PROGRESS_DELAY: Duration = Duration::from_secs(1);
+
+/// Least time between two progress notifications of one request.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Sends `notifications/progress` for one request until it is dropped
+/// (aborted when the request ends): the first after [`PROGRESS_DELAY`],
+/// then one whenever more tool calls have settled, at most every
+/// [`PROGRESS_INTERVAL`]. `progress` is the number of settled tool calls
+/// (so it only grows, as MCP requires) and `message` the latest tool's
+/// name.
+async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, progress: Progress) {
+    tokio::time::sleep(PROGRESS_DELAY).await;
+    let mut sent: Option<u64> = None;
+    loop {
+        let settled = progress.settled_tool_calls();
+        if sent.is_none_or(|before| settled > before) {
+            let mut note = ProgressNotificationParam::new(token.clone(), settled as f64);
+            if let Some(tool) = progress.latest_tool() {
+                note = note.with_message(tool);
+            }
+            if peer.notify_progress(note).await.is_err() {
+                // The connection is gone.
+                return;
+            }
+            sent = Some(settled);
+        }
+        tokio::time::sleep(PROGRESS_INTERVAL).await;
+    }
 }
 
 /// A fresh MCP session id: `mcp-` and a random UUID.
@@ -315,7 +364,7 @@ fn tool_result(result: CellResult) -> CallToolResult {
 
 /// The rmcp handler: one per stdio connection, one per HTTP MCP session (and
 /// one per sessionless HTTP request).
-struct McpServer<S> {
+struct McpServer<S: CellService> {
     service: Arc<S>,
     /// Which tools this server offers.
     mode: ServeMode,
@@ -461,7 +510,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(operation) = Operation::from_tool_name(self.mode, &request.name) else {
             return Err(ErrorData::invalid_params(
@@ -472,16 +521,28 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let session = self.scope();
         let service = self.service.clone();
+        let control = CallControl {
+            cancel: context.ct.clone(),
+            progress: Progress::new(),
+        };
+        let reporter = match (operation, context.meta.get_progress_token()) {
+            (Operation::Exec | Operation::Wait, Some(token)) => Some(AbortOnDrop(tokio::spawn(
+                report_progress(context.peer.clone(), token, control.progress.clone()),
+            ))),
+            _ => None,
+        };
         // Its own task, so that a panic in the service fails this call alone
         // instead of leaving it unanswered.
         let task = tokio::spawn(async move {
             match operation {
-                Operation::Exec => tool_result(service.exec(&session, args).await),
-                Operation::Wait => tool_result(service.wait(&session, args).await),
+                Operation::Exec => tool_result(service.exec(&session, args, control).await),
+                Operation::Wait => tool_result(service.wait(&session, args, control).await),
                 Operation::Catalog(op) => catalog_result(service.catalog_operation(op, args).await),
             }
         });
-        match task.await {
+        let joined = task.await;
+        drop(reporter);
+        match joined {
             Ok(result) => Ok(result.into()),
             Err(error) => {
                 tracing::error!(tool = operation.name(), %error, "the cell service failed");
@@ -491,6 +552,32 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 ))
             }
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<S: CellService> Drop for McpServer<S> {
+    /// The handler of a session goes away with its session (stdio EOF,
+    /// HTTP `DELETE`, idle expiry): the session is closed. A handler that
+    /// served sessionless HTTP requests closes nothing (its scope is
+    /// shared).
+    fn drop(&mut self) {
+        if self.sessionless.is_some() && !self.initialized.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (service, session) = (self.service.clone(), self.session.clone());
+        runtime.spawn(async move { service.close_session(&session).await });
     }
 }
 
@@ -504,12 +591,27 @@ fn session_owner(session: &str) -> Owner {
 
 #[async_trait::async_trait]
 impl CellService for Runtime {
-    async fn exec(&self, session: &str, args: serde_json::Value) -> CellResult {
-        self.exec_json_as(Some(session_owner(session)), &args).await
+    async fn exec(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
+        self.exec_json_controlled(session_owner(session), &args, |input| {
+            input.with_cancel(call.cancel).with_progress(call.progress)
+        })
+        .await
     }
 
-    async fn wait(&self, session: &str, args: serde_json::Value) -> CellResult {
-        self.wait_json_as(Some(session_owner(session)), &args).await
+    async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
+        self.wait_json_controlled(session_owner(session), &args, |input| {
+            input.with_cancel(call.cancel).with_progress(call.progress)
+        })
+        .await
+    }
+
+    async fn close_session(&self, session: &str) {
+        match Runtime::close_session(self, &session_owner(session)).await {
+            Ok(closed) => tracing::debug!(session, ?closed, "MCP session closed"),
+            Err(e) => {
+                tracing::warn!(session, error = %e.chain_message(), "cannot release a closed MCP session")
+            }
+        }
     }
 
     fn exec_description(&self) -> String {

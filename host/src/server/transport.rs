@@ -71,7 +71,7 @@ pub(crate) async fn serve_stdio<S: CellService>(
     service: Arc<S>,
     mode: ServeMode,
 ) -> anyhow::Result<()> {
-    let server = McpServer::new(service, mode, None);
+    let server = McpServer::new(service.clone(), mode, None);
     let session = server.session.clone();
     tracing::debug!(%session, "serving MCP over stdio");
     let (stdin, stdout) = rmcp::transport::stdio();
@@ -93,6 +93,10 @@ pub(crate) async fn serve_stdio<S: CellService>(
         .await
         .context("the MCP stdio service stopped abnormally")?;
     tracing::debug!(%session, ?reason, "MCP stdio connection closed");
+    // Closing stdin ends the session: its cells are cancelled and its
+    // parked runs, values and saved results released before the process
+    // goes on (the handler's drop does the same, in the background).
+    service.close_session(&session).await;
     Ok(())
 }
 

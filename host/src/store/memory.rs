@@ -112,6 +112,19 @@ impl RunStore for MemoryStateStore {
         Ok(())
     }
 
+    async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
+        let mut runs = self.runs();
+        let ids: Vec<String> = runs
+            .iter()
+            .filter(|(_, e)| e.run.owner.session == session)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            runs.remove(id);
+        }
+        Ok(ids)
+    }
+
     async fn record_settlement(
         &self,
         run_id: &str,
@@ -192,6 +205,13 @@ impl SessionStore for MemoryStateStore {
         }
         Ok(())
     }
+
+    async fn store_clear(&self, session: &str) -> StoreResult<usize> {
+        let mut store = lock(&self.session_store);
+        let before = store.len();
+        store.retain(|(s, _), _| s != session);
+        Ok(before - store.len())
+    }
 }
 
 #[async_trait]
@@ -214,6 +234,13 @@ impl ResultStore for MemoryStateStore {
         }
         results.insert((agent_run.to_string(), id.to_string()), json);
         Ok(true)
+    }
+
+    async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
+        let mut results = lock(&self.results);
+        let before = results.len();
+        results.retain(|(a, _), _| a != agent_run);
+        Ok(before - results.len())
     }
 
     async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {

@@ -117,6 +117,10 @@ pub trait RunStore: Send + Sync {
     async fn unclaim(&self, run_id: &str) -> StoreResult<()>;
     /// Removes a run and its settlements.
     async fn remove(&self, run_id: &str) -> StoreResult<()>;
+    /// Removes every run of `session` (parked or resuming) and their
+    /// settlements; returns their ids. What closing a session does
+    /// (operations.md §3.1).
+    async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>>;
     /// Records the settlement of a request of a parked run's generation
     /// (ignored when the run is gone or parked again since).
     async fn record_settlement(
@@ -172,6 +176,8 @@ pub trait SessionStore: Send + Sync {
         session: &str,
         writes: Vec<(String, Option<String>)>,
     ) -> StoreResult<()>;
+    /// Deletes every value of `session`; returns how many there were.
+    async fn store_clear(&self, session: &str) -> StoreResult<usize>;
 }
 
 /// Saved results (`results.save` / `load` / `delete`) by agent run and id.
@@ -192,6 +198,9 @@ pub trait ResultStore: Send + Sync {
     async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>>;
     /// Deletes a saved result; whether it existed.
     async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool>;
+    /// Deletes every saved result of an agent run; returns how many there
+    /// were.
+    async fn result_clear(&self, agent_run: &str) -> StoreResult<usize>;
 }
 
 /// Everything a runtime keeps: runs, session values and saved results.

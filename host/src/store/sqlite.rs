@@ -248,6 +248,22 @@ impl Db {
         Ok(())
     }
 
+    fn remove_session_runs(&self, session: &str) -> anyhow::Result<Vec<String>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let ids = {
+            let mut stmt = tx.prepare("SELECT run_id FROM runs WHERE session = ?1")?;
+            let rows = stmt.query_map(params![session], |r| r.get(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        for id in &ids {
+            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
     fn record_settlement(
         &self,
         run_id: &str,
@@ -381,6 +397,20 @@ impl Db {
             .optional()?)
     }
 
+    fn result_clear(&self, agent_run: &str) -> anyhow::Result<usize> {
+        Ok(self.conn().execute(
+            "DELETE FROM results WHERE agent_run = ?1",
+            params![agent_run],
+        )?)
+    }
+
+    fn store_clear(&self, session: &str) -> anyhow::Result<usize> {
+        Ok(self.conn().execute(
+            "DELETE FROM session_store WHERE session = ?1",
+            params![session],
+        )?)
+    }
+
     fn result_delete(&self, agent_run: &str, id: &str) -> anyhow::Result<bool> {
         let n = self.conn().execute(
             "DELETE FROM results WHERE agent_run = ?1 AND id = ?2",
@@ -422,6 +452,12 @@ impl RunStore for SqliteStateStore {
     async fn remove(&self, run_id: &str) -> StoreResult<()> {
         let run_id = run_id.to_owned();
         self.blocking(move |db| db.remove(&run_id)).await
+    }
+
+    async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.remove_session_runs(&session))
+            .await
     }
 
     async fn record_settlement(
@@ -485,6 +521,11 @@ impl SessionStore for SqliteStateStore {
         self.blocking(move |db| db.store_commit(&session, &writes))
             .await
     }
+
+    async fn store_clear(&self, session: &str) -> StoreResult<usize> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.store_clear(&session)).await
+    }
 }
 
 #[async_trait]
@@ -506,6 +547,11 @@ impl ResultStore for SqliteStateStore {
         let (agent_run, id) = (agent_run.to_owned(), id.to_owned());
         self.blocking(move |db| db.result_load(&agent_run, &id))
             .await
+    }
+
+    async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
+        let agent_run = agent_run.to_owned();
+        self.blocking(move |db| db.result_clear(&agent_run)).await
     }
 
     async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {

@@ -125,3 +125,67 @@ async fn purge_and_count_purges_then_counts_all_and_by_session() {
         );
     }
 }
+
+#[tokio::test]
+async fn closing_a_session_removes_its_runs_values_and_results_only() {
+    for store in stores() {
+        let mut other = parked("r2", 10_000);
+        other.owner = owner("b", "t");
+        store.park(parked("r1", 10_000)).await.unwrap();
+        store.park(other).await.unwrap();
+        store
+            .record_settlement("r1", 1, 1, "{\"id\":1}")
+            .await
+            .unwrap();
+        // A run being resumed goes too.
+        let mut resuming = parked("r3", 10_000);
+        resuming.run_id = "r3".into();
+        store.park(resuming).await.unwrap();
+        store
+            .claim("r3", &owner("a", "s"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap();
+        let writes = |v: &str| vec![("k".to_string(), Some(v.to_string()))];
+        store.store_commit("s", writes("1")).await.unwrap();
+        store.store_commit("t", writes("2")).await.unwrap();
+        assert!(store
+            .result_save("a", "x", "1".into(), 10, 100)
+            .await
+            .unwrap());
+        assert!(store
+            .result_save("b", "y", "2".into(), 10, 100)
+            .await
+            .unwrap());
+
+        let mut removed = store.remove_session_runs("s").await.unwrap();
+        removed.sort();
+        assert_eq!(removed, ["r1", "r3"]);
+        assert_eq!(store.store_clear("s").await.unwrap(), 1);
+        assert_eq!(store.result_clear("a").await.unwrap(), 1);
+
+        assert_eq!(store.count_session_runs("s").await.unwrap(), 0);
+        assert_eq!(store.count_runs().await.unwrap(), 1);
+        assert_eq!(
+            store
+                .claim("r1", &owner("a", "s"), 1, 100)
+                .await
+                .unwrap()
+                .unwrap_err(),
+            ClaimRefused::Unavailable
+        );
+        assert_eq!(store.store_get("s", "k").await.unwrap(), None);
+        assert_eq!(
+            store.store_get("t", "k").await.unwrap().as_deref(),
+            Some("2")
+        );
+        assert_eq!(store.result_load("a", "x").await.unwrap(), None);
+        assert_eq!(
+            store.result_load("b", "y").await.unwrap().as_deref(),
+            Some("2")
+        );
+        // Closing again finds nothing.
+        assert!(store.remove_session_runs("s").await.unwrap().is_empty());
+        assert_eq!(store.result_clear("a").await.unwrap(), 0);
+    }
+}
