@@ -14,6 +14,7 @@ mod http;
 mod limits;
 mod mcp;
 mod mcp_client;
+mod mcp_control;
 mod output;
 mod policy;
 mod source;

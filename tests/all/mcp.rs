@@ -137,15 +137,17 @@ fn a_parked_run_is_resumed_in_the_same_session_only() {
         ]),
     );
     let run_id = result(&out[0])["runId"].as_str().unwrap().to_string();
-    // Another connection (another MCP session) on the same state store may
-    // not resume it.
+    // Another connection on the same state store cannot resume it: the
+    // first connection's end closed its session, which released the run
+    // (operations.md §3.1). Over HTTP, where two sessions can be open at
+    // once, another session is refused as another agent run.
     let other = stdio_in(
         &state,
         json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]),
     );
     assert_eq!(
         result(&other[0])["error"],
-        "code mode run belongs to a different agent run."
+        "code mode run is unavailable or expired."
     );
 
     // Within one connection: exec parks, wait resumes.
@@ -224,9 +226,10 @@ impl Drop for HttpServer {
 #[test]
 fn http_parks_and_waits_within_a_session_and_rejects_malformed_requests() {
     let server = HttpServer::start();
+    // The first session stays open (no DELETE), so its run stays parked.
     let first = run(
         json!([{"op": "call_tool", "name": "exec", "args": {"title": "park", "code": PARK}}]),
-        &["--http", &server.url],
+        &["--no-terminate", "--http", &server.url],
     );
     let run_id = result(&first[0])["runId"].as_str().unwrap().to_string();
     // A new MCP session does not see the run.

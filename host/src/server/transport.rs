@@ -6,6 +6,7 @@ use std::{
     sync::{atomic::Ordering, Arc},
     time::Duration,
 };
+use tokio_util::sync::CancellationToken;
 
 use anyhow::Context as _;
 use axum::{
@@ -75,10 +76,23 @@ pub(crate) async fn serve_stdio<S: CellService>(
     let session = server.session.clone();
     tracing::debug!(%session, "serving MCP over stdio");
     let (stdin, stdout) = rmcp::transport::stdio();
+    let eof = CancellationToken::new();
     let transport = LenientStart {
         inner: AsyncRwTransport::new_server(stdin, stdout),
         started: false,
+        eof: eof.clone(),
     };
+    // Closing stdin ends the session at once: rmcp would first give the
+    // requests in flight five seconds to finish, and a client that closes
+    // stdin often kills the server soon after, before it could cancel
+    // anything (a killed server leaves its tools' process groups behind).
+    let closer = tokio::spawn({
+        let (service, session) = (service.clone(), session.clone());
+        async move {
+            eof.cancelled().await;
+            service.close_session(&session).await;
+        }
+    });
     let running = match server.serve(transport).await {
         Ok(running) => running,
         // The client left before opening a session: nothing to serve.
@@ -93,9 +107,9 @@ pub(crate) async fn serve_stdio<S: CellService>(
         .await
         .context("the MCP stdio service stopped abnormally")?;
     tracing::debug!(%session, ?reason, "MCP stdio connection closed");
-    // Closing stdin ends the session: its cells are cancelled and its
-    // parked runs, values and saved results released before the process
-    // goes on (the handler's drop does the same, in the background).
+    // The session is released before the process goes on (the handler's
+    // drop does the same, in the background).
+    closer.abort();
     service.close_session(&session).await;
     Ok(())
 }
@@ -107,6 +121,8 @@ struct LenientStart<T> {
     inner: T,
     /// Whether a request that opens the lifecycle has gone through.
     started: bool,
+    /// Cancelled when the client closes its end.
+    eof: CancellationToken,
 }
 
 /// Whether rmcp's handshake, meeting `request`, starts serving: `initialize`,
@@ -135,7 +151,10 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for LenientStart<T> {
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
-            let message = self.inner.receive().await?;
+            let Some(message) = self.inner.receive().await else {
+                self.eof.cancel();
+                return None;
+            };
             if !self.started {
                 let ClientJsonRpcMessage::Request(request) = &message else {
                     tracing::debug!("ignoring a notification or response before the MCP handshake");
