@@ -8,6 +8,10 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
+use crate::client_tools::{
+    check_client_tools, check_tool_results, parse_client_tools, parse_tool_results,
+    ClientToolResult, ClientToolSpec,
+};
 use crate::progress::Progress;
 use crate::store::Owner;
 use serde_json::{Map, Value};
@@ -30,6 +34,8 @@ pub struct ExecInput {
     pub await_results: bool,
     /// Who may `wait` the cell if it parks (default: the anonymous owner).
     pub owner: Owner,
+    /// Tools the caller runs itself, for this cell (operations.md §3.5).
+    pub client_tools: Vec<ClientToolSpec>,
     /// Cancels the call ([`ExecInput::with_cancel`]).
     cancel_token: CancellationToken,
     /// Counts the call's settled tool calls ([`ExecInput::with_progress`]).
@@ -45,9 +51,21 @@ impl ExecInput {
             restart_safe: false,
             await_results: false,
             owner: Owner::default(),
+            client_tools: Vec::new(),
             cancel_token: CancellationToken::new(),
             progress: None,
         }
+    }
+
+    /// Declares tools the caller runs itself, for this cell (operations.md
+    /// §3.5): they join the catalog as untrusted `client` tools (shadowing
+    /// a host tool of the same name) and are globals like any other. A call
+    /// to one parks the cell with [`crate::WaitReason::ClientTools`]; answer
+    /// it with [`WaitInput::with_tool_results`]. At most
+    /// [`crate::MAX_CLIENT_TOOLS`], each named by a JavaScript identifier.
+    pub fn with_client_tools(mut self, tools: Vec<ClientToolSpec>) -> Self {
+        self.client_tools = tools;
+        self
     }
 
     /// Sets the owner that may `wait` the cell.
@@ -111,12 +129,14 @@ impl ExecInput {
             Some(Value::String(t)) => t.clone(),
             _ => return Err(TITLE_ERROR.into()),
         };
+        let client_tools = parse_client_tools(obj.get("clientTools"))?;
         let input = ExecInput {
             title,
             code: source,
             restart_safe,
             await_results,
             owner: Owner::default(),
+            client_tools,
             cancel_token: CancellationToken::new(),
             progress: None,
         };
@@ -132,7 +152,7 @@ impl ExecInput {
         if self.code.trim().is_empty() {
             return Err("code or command must be a non-empty string.".into());
         }
-        Ok(())
+        check_client_tools(&self.client_tools)
     }
 }
 
@@ -147,6 +167,8 @@ pub struct WaitInput {
     /// Abandon the parked run instead of resuming it (operations.md §3.1):
     /// it is removed and this call returns the `aborted` result once.
     pub cancel: bool,
+    /// Answers to the run's client tool calls (operations.md §3.5).
+    pub tool_results: Vec<ClientToolResult>,
     /// Cancels the call ([`WaitInput::with_cancel`]).
     cancel_token: CancellationToken,
     /// Counts the call's settled tool calls ([`WaitInput::with_progress`]).
@@ -160,9 +182,20 @@ impl WaitInput {
             run_id: run_id.into().trim().to_string(),
             owner: Owner::default(),
             cancel: false,
+            tool_results: Vec::new(),
             cancel_token: CancellationToken::new(),
             progress: None,
         }
+    }
+
+    /// Answers client tool calls of the run (`pendingToolCalls` entries with
+    /// method `clientTool`): each id at most once; an id that is not a
+    /// pending client call of the run makes the `wait` fail with
+    /// `invalid_input` and change nothing. An error answer rejects the
+    /// guest's call with a catchable `tool_error`.
+    pub fn with_tool_results(mut self, results: Vec<ClientToolResult>) -> Self {
+        self.tool_results = results;
+        self
     }
 
     /// Reports the call's progress to `progress`, as
@@ -213,6 +246,7 @@ impl WaitInput {
         let mut input = Self::new(id);
         input.validate()?;
         input.cancel = bool_field(args.get("cancel"), "cancel")?;
+        input.tool_results = parse_tool_results(args.get("toolResults"))?;
         Ok(input)
     }
 
@@ -221,7 +255,7 @@ impl WaitInput {
         if self.run_id.trim().is_empty() {
             return Err(RUN_ID_ERROR.into());
         }
-        Ok(())
+        check_tool_results(&self.tool_results)
     }
 }
 

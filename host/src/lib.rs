@@ -47,6 +47,7 @@
 
 mod bridge;
 mod cell;
+mod client_tools;
 mod clock;
 mod config;
 mod engine;
@@ -64,6 +65,11 @@ mod source;
 pub mod store;
 pub mod tools;
 
+pub use client_tools::{
+    ClientToolResult, ClientToolSpec, MAX_CLIENT_TOOLS, MAX_CLIENT_TOOLS_BYTES,
+    MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_NAME_BYTES, MAX_TOOL_RESULTS,
+    MAX_TOOL_RESULT_ERROR_BYTES,
+};
 pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX_SUSPENDED_RUNS};
 pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;

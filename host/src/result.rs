@@ -90,6 +90,9 @@ pub enum WaitReason {
     PendingTools,
     /// Every unsettled request is a `yield_control`.
     Yield,
+    /// The cell called client tools (operations.md §3.5): the caller runs
+    /// them and answers with `wait {toolResults}`.
+    ClientTools,
 }
 
 /// An unsettled bridge request of a parked cell.
@@ -99,8 +102,25 @@ pub struct PendingToolCall {
     /// `bridge:<method>:<seq>`.
     pub id: String,
     /// The request's method (`callValue`, `search`, `describe`, `sleep`,
-    /// `yield`).
+    /// `yield`, or `clientTool` for a call the caller runs).
     pub method: String,
+    /// A `clientTool` call's tool name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// A `clientTool` call's arguments.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+}
+
+impl PendingToolCall {
+    pub(crate) fn new(id: String, method: String) -> Self {
+        Self {
+            id,
+            method,
+            tool: None,
+            input: None,
+        }
+    }
 }
 
 /// A failed cell (or a rejected call).

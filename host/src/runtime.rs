@@ -1,6 +1,6 @@
 //! The public entry point: [`Runtime`] and its builder.
 
-use crate::bridge::CellTools;
+use crate::bridge::{CellTools, ToolsForCells};
 use crate::cell::runs::RunRegistry;
 use crate::cell::{self, CellEnv};
 use crate::config::{HostLimits, Limits};
@@ -168,17 +168,24 @@ impl RuntimeBuilder {
                 self.tools.add_mcp(server.connection.name(), tool);
             }
         }
-        let catalog = self.tools.catalog_under(std::mem::take(&mut self.policy));
+        let policy = std::mem::take(&mut self.policy);
+        let catalog = self.tools.catalog_under(policy.clone());
         let cell_tools = Arc::new(CellTools::new(
             catalog,
             &self.tools,
             self.limits.guest_search_limits(),
         ));
+        let tools_for_cells = ToolsForCells {
+            registry: self.tools.clone(),
+            policy,
+            search_limits: self.limits.guest_search_limits(),
+        };
         Ok(Runtime {
             shared,
             limits: self.limits,
             tools: self.tools,
             cell_tools,
+            tools_for_cells,
             runs,
             store,
             mcp,
@@ -230,6 +237,7 @@ pub struct Runtime {
     limits: Limits,
     tools: ToolRegistry,
     cell_tools: Arc<CellTools>,
+    tools_for_cells: ToolsForCells,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
     mcp: McpClients,
@@ -310,6 +318,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             shared: &self.shared,
             limits: &self.limits,
             tools: &self.cell_tools,
+            tools_for_cells: &self.tools_for_cells,
             runs: &self.runs,
             store: &self.store,
             telemetry,

@@ -6,6 +6,7 @@ mod bridge;
 mod cancel;
 mod catalog;
 mod cli;
+mod client_tools;
 mod exec;
 mod fuzz;
 mod guest;

@@ -82,6 +82,12 @@ pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &
     if restart_safe && !replay_safe {
         return Start::Settled(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
     }
+    if tools.is_declared_client_tool(&prepared) {
+        return Start::Client {
+            tool: prepared.tool_name,
+            input: prepared.arguments,
+        };
+    }
     let token = CancellationToken::new();
     let catalog = tools.catalog.clone();
     let call_token = token.clone();

@@ -43,6 +43,45 @@ pub(crate) struct CellTools {
     /// background sessions): the unknown-run error then says how to poll
     /// those, since models confuse their ids with run ids.
     pub has_process_tool: bool,
+    /// The client tools declared for this cell (`clientTools`): a call to
+    /// one waits for the caller. Empty for the runtime's shared tools.
+    pub declared_client_tools: Vec<crate::ClientToolSpec>,
+}
+
+/// What building a cell's own [`CellTools`] needs: the runtime's tools and
+/// policy.
+pub(crate) struct ToolsForCells {
+    pub registry: crate::registry::ToolRegistry,
+    pub policy: quickcell_catalog::Policy,
+    pub search_limits: SearchLimits,
+}
+
+impl ToolsForCells {
+    /// The tools of a cell that declares `declared` client tools: the
+    /// runtime's `shared` ones when it declares none, else a catalog of
+    /// the runtime's tools and the declared ones (indexed for this cell,
+    /// under the runtime's policy; a declared tool shadows a host tool of
+    /// the same name). Linear in the catalog's size.
+    pub(crate) fn for_cell(
+        &self,
+        shared: &Arc<CellTools>,
+        declared: &[crate::ClientToolSpec],
+    ) -> Arc<CellTools> {
+        if declared.is_empty() {
+            return shared.clone();
+        }
+        let mut registry = self.registry.clone();
+        for spec in declared {
+            // Names were checked with the input; an empty one cannot occur.
+            let _ = registry.add_client(Arc::new(crate::client_tools::DeclaredClientTool(
+                spec.clone(),
+            )));
+        }
+        let catalog = registry.catalog_under(self.policy.clone());
+        let mut tools = CellTools::new(catalog, &registry, self.search_limits);
+        tools.declared_client_tools = declared.to_vec();
+        Arc::new(tools)
+    }
 }
 
 impl CellTools {
@@ -110,7 +149,21 @@ impl CellTools {
             metas_json,
             search_limits,
             has_process_tool,
+            declared_client_tools: Vec::new(),
         }
+    }
+
+    /// Whether a prepared call reaches a client tool declared for this
+    /// cell (the caller runs it).
+    pub(crate) fn is_declared_client_tool(
+        &self,
+        prepared: &quickcell_catalog::PreparedCall,
+    ) -> bool {
+        prepared.source == SourceKind::Client
+            && self
+                .declared_client_tools
+                .iter()
+                .any(|spec| spec.name == prepared.tool_name)
     }
 }
 

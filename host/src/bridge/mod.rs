@@ -52,7 +52,7 @@ mod timers;
 
 #[cfg(feature = "mcp-server")]
 pub(crate) use calls::approval_denied;
-pub(crate) use catalog::CellTools;
+pub(crate) use catalog::{CellTools, ToolsForCells};
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;
 
@@ -114,6 +114,29 @@ pub(crate) struct SessionAccess {
     pub owner: crate::store::Owner,
 }
 
+/// Checks the caller's answers against a parked run's records (its
+/// bridge state): each id must name a client tool call the run still waits
+/// on. Fails with the `invalid_input` message naming the first that does
+/// not; nothing is answered then.
+pub(crate) fn check_answers(
+    state: &BridgeState,
+    answers: &[crate::ClientToolResult],
+) -> Result<(), String> {
+    for (i, answer) in answers.iter().enumerate() {
+        let pending = answer
+            .request_id()
+            .and_then(|id| state.outstanding.get(&id))
+            .is_some_and(|o| o.method == CLIENT_TOOL_METHOD);
+        if !pending {
+            return Err(format!(
+                "toolResults[{i}].id `{}` is not a client tool call this run waits on (answered already, or never made). Nothing was answered.",
+                answer.id.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `method` reaches the state store (the session store or saved
 /// results).
 fn is_store_request(method: &str) -> bool {
@@ -129,6 +152,26 @@ pub(crate) enum Start {
     Settled(Settlement),
     /// It has work to run.
     Work(Work),
+    /// A call of a per-cell client tool: the caller runs it, so it waits
+    /// for `wait {toolResults}` (operations.md §3.5).
+    Client {
+        /// The client tool's name.
+        tool: String,
+        /// The validated arguments.
+        input: Value,
+    },
+}
+
+/// The method of a call the caller runs, in the bridge's records and in
+/// `pendingToolCalls`.
+pub(crate) const CLIENT_TOOL_METHOD: &str = "clientTool";
+
+/// What a pending client tool call records (`args_json` of its
+/// [`Outstanding`]).
+#[derive(Serialize, Deserialize)]
+struct ClientCall {
+    tool: String,
+    input: Value,
 }
 
 impl Start {
@@ -215,6 +258,16 @@ impl Bridge {
         self.progress = progress;
     }
 
+    /// The client tools declared for the cell.
+    pub(crate) fn declared_client_tools(&self) -> &[crate::ClientToolSpec] {
+        &self.tools.declared_client_tools
+    }
+
+    /// Whether settlements wait for delivery to the guest.
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The untrusted provider whose content the cell may have seen.
     pub(crate) fn untrusted_source(&self) -> Option<&'static str> {
         self.untrusted_source
@@ -299,7 +352,9 @@ impl Bridge {
         }
         let now = unix_ms();
         for (id, request) in outstanding {
-            if bridge.yields.contains(&id) {
+            // Yields and client tool calls wait for the caller wherever
+            // the run resumes.
+            if bridge.yields.contains(&id) || request.method == CLIENT_TOOL_METHOD {
                 bridge.outstanding.insert(id, request);
                 continue;
             }
@@ -358,19 +413,64 @@ impl Bridge {
         self.outstanding.len() == self.yields.len()
     }
 
-    /// Unsettled requests as `(id, method)`, in id order.
-    pub(crate) fn pending_calls(&self) -> Vec<(u64, String)> {
+    /// Unsettled requests as the contract's `pendingToolCalls`, in id
+    /// order; a client tool call names its tool and arguments.
+    pub(crate) fn pending_calls(&self) -> Vec<crate::result::PendingToolCall> {
         self.outstanding
             .iter()
-            .map(|(id, r)| (*id, r.method.clone()))
+            .map(|(id, r)| {
+                let client = (r.method == CLIENT_TOOL_METHOD)
+                    .then(|| serde_json::from_str::<ClientCall>(&r.args_json).ok())
+                    .flatten();
+                let mut call = crate::result::PendingToolCall::new(
+                    format!("bridge:{}:{id}", r.method),
+                    r.method.clone(),
+                );
+                if let Some(ClientCall { tool, input }) = client {
+                    call.tool = Some(tool);
+                    call.input = Some(input);
+                }
+                call
+            })
             .collect()
     }
 
-    /// Whether tool calls (not timers or yields) are queued or running.
+    /// Whether tool calls the host runs (not timers, yields or client tool
+    /// calls) are queued or running.
     pub(crate) fn has_tool_work(&self) -> bool {
         self.outstanding
             .values()
-            .any(|r| r.method != "sleep" && r.method != "yield")
+            .any(|r| r.method != "sleep" && r.method != "yield" && r.method != CLIENT_TOOL_METHOD)
+    }
+
+    /// Whether a client tool call waits for the caller's answer.
+    pub(crate) fn has_client_calls(&self) -> bool {
+        self.outstanding
+            .values()
+            .any(|r| r.method == CLIENT_TOOL_METHOD)
+    }
+
+    /// Settles client tool calls with the caller's answers: a value
+    /// resolves the guest's call, an error rejects it with a `tool_error`.
+    /// The caller has checked them ([`check_answers`]).
+    pub(crate) fn answer_client_calls(&mut self, answers: &[crate::ClientToolResult]) {
+        for answer in answers {
+            let Some(id) = answer.request_id() else {
+                continue;
+            };
+            if self.outstanding.remove(&id).is_none() {
+                continue;
+            }
+            let settlement = match &answer.outcome {
+                Ok(value) => settlement::ok(id, value.clone()),
+                Err(text) => err(id, text.clone(), "tool_error"),
+            };
+            let settlement = self.fit_inbox(settlement, CLIENT_TOOL_METHOD);
+            if let Some(progress) = &self.progress {
+                progress.tool_settled(None);
+            }
+            self.ready.push(settlement);
+        }
     }
 
     /// Accepts a batch of new requests. Fails with the contract's queue
@@ -457,6 +557,7 @@ impl Bridge {
             || !self.queued.is_empty()
             || !self.ready.is_empty()
             || !self.yields.is_empty()
+            || self.has_client_calls()
     }
 
     /// Collects requests that finished since the last look (without
@@ -604,6 +705,15 @@ impl Bridge {
                 return true;
             }
             Start::Work(work) => work,
+            Start::Client { tool, input } => {
+                let call = serde_json::to_string(&ClientCall { tool, input }).unwrap_or_default();
+                if let Some(o) = self.outstanding.get_mut(&id) {
+                    o.method = CLIENT_TOOL_METHOD.to_string();
+                    o.args_json = Arc::from(call);
+                }
+                // Never replay-safe: the host cannot tell what the caller did.
+                return false;
+            }
         };
         let Work {
             mut future,

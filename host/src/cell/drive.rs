@@ -83,6 +83,13 @@ impl LiveCell {
                 // detached requests outstanding).
                 _ => {}
             }
+            // A client tool call waits for the caller, who can only
+            // answer a parked run: park once what is ready is delivered
+            // (so that calls made together park together), also in an
+            // `awaitResults` call.
+            if self.bridge.has_client_calls() && !self.bridge.has_ready() {
+                return self.park(env).await;
+            }
             if self.bridge.has_yield() {
                 if self.await_results {
                     // A required cell cannot hand control back to the

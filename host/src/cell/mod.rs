@@ -48,8 +48,7 @@ use crate::guest_abi::{
 use crate::input::{ExecInput, WaitInput};
 use crate::output;
 use crate::result::{
-    CellResult, Completed, ErrorCode, Failed, FailurePhase, PendingToolCall, Telemetry, WaitReason,
-    Waiting,
+    CellResult, Completed, ErrorCode, Failed, FailurePhase, Telemetry, WaitReason, Waiting,
 };
 use crate::source;
 use crate::store::{ClaimRefused, Owner, ParkedRun};
@@ -101,6 +100,8 @@ pub(crate) struct CellEnv<'a> {
     pub shared: &'a Arc<SharedEngine>,
     pub limits: &'a Limits,
     pub tools: &'a Arc<CellTools>,
+    /// Builds the tools of a cell that declares client tools.
+    pub tools_for_cells: &'a crate::bridge::ToolsForCells,
     pub runs: &'a Arc<RunRegistry>,
     /// Parked runs, session values and saved results.
     pub store: &'a Arc<dyn crate::store::StateStore>,
@@ -124,6 +125,10 @@ struct HostState {
     guest_clock_ns: u64,
     parked_unix_ms: u64,
     bridge: BridgeState,
+    /// The client tools the cell declared: its catalog is rebuilt from
+    /// them wherever it resumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    client_tools: Vec<crate::ClientToolSpec>,
 }
 
 /// A cell with a live instance, during one call.
@@ -213,7 +218,8 @@ pub(crate) async fn exec(
     if cancel.is_cancelled() {
         return aborted_before_start((env.telemetry)());
     }
-    let is_tool_global = |name: &str| env.tools.projection.resolve(name).is_some();
+    let tools = env.tools_for_cells.for_cell(env.tools, &input.client_tools);
+    let is_tool_global = |name: &str| tools.projection.resolve(name).is_some();
     // Large sources are checked a few at a time process-wide: a hostile one
     // may touch a lot of stack while it is parsed (see `source`).
     static LARGE_CHECKS: tokio::sync::Semaphore =
@@ -242,13 +248,13 @@ pub(crate) async fn exec(
         r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
         env.limits.memory_limit_bytes(),
         rand_seed(),
-        env.tools.start_options,
+        tools.start_options,
     );
     let status = exports
-        .start(&mut store, &cell_function, &options, &env.tools.metas_json)
+        .start(&mut store, &cell_function, &options, &tools.metas_json)
         .await;
     let mut bridge = Bridge::new(
-        env.tools.clone(),
+        tools.clone(),
         env.limits.max_pending_tool_calls() as usize,
         input.restart_safe,
     )
@@ -341,12 +347,13 @@ pub(crate) async fn wait(
     if input.cancel {
         return abandon(env, run_id, live).await;
     }
-    match restore(env, run_id, claimed, live, cancel, input.progress()).await {
+    match restore(env, run_id, claimed, live, cancel, input).await {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {
-            // A runtime that cannot start leaves the run parked for a later
-            // `wait`; an unusable snapshot is removed.
-            let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
+            // A runtime that cannot start, or answers the run does not
+            // wait on, leave the run parked for a later `wait`; an unusable
+            // snapshot is removed.
+            let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable || f.failure_phase == FailurePhase::Input);
             let cleanup = if unavailable {
                 env.store.unclaim(run_id).await
             } else {

@@ -71,6 +71,7 @@ impl LiveCell {
                 .saturating_add(process_nanos()),
             parked_unix_ms,
             bridge: self.bridge.parked_state(),
+            client_tools: self.bridge.declared_client_tools().to_vec(),
         };
         let host_json = serde_json::to_vec(&host).expect("host state serializes");
         let stack_pointer = self
@@ -145,20 +146,14 @@ impl LiveCell {
             let error = format!("InternalError: cannot store the parked run: {e:#}");
             return self.end(env, host_fault(error)).await;
         }
-        let reason = if self.bridge.only_yields() {
+        let reason = if self.bridge.has_client_calls() {
+            WaitReason::ClientTools
+        } else if self.bridge.only_yields() {
             WaitReason::Yield
         } else {
             WaitReason::PendingTools
         };
-        let pending_tool_calls = self
-            .bridge
-            .pending_calls()
-            .into_iter()
-            .map(|(id, method)| PendingToolCall {
-                id: format!("bridge:{method}:{id}"),
-                method,
-            })
-            .collect();
+        let pending_tool_calls = self.bridge.pending_calls();
         let replay_safe = self.replay_safe();
         let untrusted_source = self.bridge.untrusted_source();
         let LiveCell {

@@ -11,7 +11,7 @@ pub(super) async fn restore(
     claimed: crate::store::Claimed,
     live: Option<Bridge>,
     cancel: CancelOn,
-    progress: Option<&crate::progress::Progress>,
+    input: &WaitInput,
 ) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
     let unusable = |e: String| {
         CellResult::Failed(Failed {
@@ -43,6 +43,14 @@ pub(super) async fn restore(
             "it belongs to run {}, not {run_id}",
             host.run_id
         )));
+    }
+    // Answers to calls the run does not wait on change nothing: the run
+    // stays parked as it was.
+    if let Err(message) = crate::bridge::check_answers(&host.bridge, &input.tool_results) {
+        if let Some(bridge) = live {
+            env.runs.put_back(run_id, bridge);
+        }
+        return Err(input_failure(message, (env.telemetry)()));
     }
     // The guest's clock continues from its reading at the checkpoint plus
     // the wall time spent parked.
@@ -107,7 +115,7 @@ pub(super) async fn restore(
                 .filter_map(|s| serde_json::from_str(s).ok())
                 .collect();
             Bridge::restore(
-                env.tools.clone(),
+                env.tools_for_cells.for_cell(env.tools, &host.client_tools),
                 env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
@@ -123,7 +131,8 @@ pub(super) async fn restore(
             })
         }
     };
-    bridge.set_progress(progress.cloned());
+    bridge.set_progress(input.progress().cloned());
+    bridge.answer_client_calls(&input.tool_results);
     bridge.release_yields();
     bridge.collect_finished();
     let batch = bridge.take_ready();

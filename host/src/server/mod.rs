@@ -186,7 +186,22 @@ pub(crate) fn exec_input_schema() -> Value {
                 "description": "JavaScript: the body of an async function. Top-level await and return work."
             },
             "restartSafe": {"type": "boolean"},
-            "awaitResults": {"type": "boolean"}
+            "awaitResults": {"type": "boolean"},
+            "clientTools": {
+                "type": "array",
+                "maxItems": crate::MAX_CLIENT_TOOLS,
+                "description": "Tools you run yourself, for this cell. A call to one returns {status: \"waiting\", reason: \"client_tools\", pendingToolCalls: [{id, method: \"clientTool\", tool, input}]}; answer with wait({runId, toolResults}).",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "pattern": "^[A-Za-z_$][A-Za-z0-9_$]*$"},
+                        "description": {"type": "string"},
+                        "inputSchema": {"type": "object"}
+                    },
+                    "required": ["name"],
+                    "additionalProperties": false
+                }
+            }
         },
         "required": ["title", "code"],
         "additionalProperties": false
@@ -199,7 +214,22 @@ pub(crate) fn wait_input_schema() -> Value {
         "type": "object",
         "properties": {
             "runId": {"type": "string", "description": "The runId of a waiting result."},
-            "cancel": {"type": "boolean", "description": "Abandon the run instead of resuming it: it is removed and its tool calls are cancelled; returns the aborted result once."}
+            "cancel": {"type": "boolean", "description": "Abandon the run instead of resuming it: it is removed and its tool calls are cancelled; returns the aborted result once."},
+            "toolResults": {
+                "type": "array",
+                "maxItems": crate::MAX_TOOL_RESULTS,
+                "description": "Answers to the run's client tool calls: {id, value} resolves the call, {id, error} rejects it. Each id once.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "value": {},
+                        "error": {"type": "string"}
+                    },
+                    "required": ["id"],
+                    "additionalProperties": false
+                }
+            }
         },
         "required": ["runId"],
         "additionalProperties": false
