@@ -12,6 +12,7 @@ use crate::client_tools::{
     check_client_tools, check_tool_results, parse_client_tools, parse_tool_results,
     ClientToolResult, ClientToolSpec,
 };
+use crate::approval::{Approver, ApproverSlot};
 use crate::progress::Progress;
 use crate::store::Owner;
 use serde_json::{Map, Value};
@@ -40,6 +41,8 @@ pub struct ExecInput {
     cancel_token: CancellationToken,
     /// Counts the call's settled tool calls ([`ExecInput::with_progress`]).
     progress: Option<Progress>,
+    /// Decides the call's approvals ([`ExecInput::with_approver`]).
+    approver: ApproverSlot,
 }
 
 impl ExecInput {
@@ -54,6 +57,7 @@ impl ExecInput {
             client_tools: Vec::new(),
             cancel_token: CancellationToken::new(),
             progress: None,
+            approver: ApproverSlot::default(),
         }
     }
 
@@ -105,6 +109,19 @@ impl ExecInput {
         self.progress.as_ref()
     }
 
+    /// Asks `approver` about this call's tool calls that need an approval
+    /// (operations.md §3.4), instead of the runtime's approver
+    /// ([`crate::RuntimeBuilder::approver`]).
+    pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
+        self.approver = ApproverSlot(Some(approver));
+        self
+    }
+
+    /// The call's own approver, if any.
+    pub(crate) fn approver(&self) -> Option<&std::sync::Arc<dyn Approver>> {
+        self.approver.0.as_ref()
+    }
+
     /// Validates raw `exec` arguments (a JSON object as a model or MCP
     /// client sends them). Errors carry the contract's exact text.
     pub fn from_json(args: &Value) -> Result<Self, String> {
@@ -139,6 +156,7 @@ impl ExecInput {
             client_tools,
             cancel_token: CancellationToken::new(),
             progress: None,
+            approver: ApproverSlot::default(),
         };
         input.validate()?;
         Ok(input)
@@ -173,6 +191,8 @@ pub struct WaitInput {
     cancel_token: CancellationToken,
     /// Counts the call's settled tool calls ([`WaitInput::with_progress`]).
     progress: Option<Progress>,
+    /// Decides the call's approvals ([`WaitInput::with_approver`]).
+    approver: ApproverSlot,
 }
 
 impl WaitInput {
@@ -185,6 +205,7 @@ impl WaitInput {
             tool_results: Vec::new(),
             cancel_token: CancellationToken::new(),
             progress: None,
+            approver: ApproverSlot::default(),
         }
     }
 
@@ -208,6 +229,19 @@ impl WaitInput {
     /// The call's progress handle, if any.
     pub(crate) fn progress(&self) -> Option<&Progress> {
         self.progress.as_ref()
+    }
+
+    /// Asks `approver` about this call's tool calls that need an approval
+    /// (operations.md §3.4), instead of the runtime's approver
+    /// ([`crate::RuntimeBuilder::approver`]).
+    pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
+        self.approver = ApproverSlot(Some(approver));
+        self
+    }
+
+    /// The call's own approver, if any.
+    pub(crate) fn approver(&self) -> Option<&std::sync::Arc<dyn Approver>> {
+        self.approver.0.as_ref()
     }
 
     /// Cancels the call when `token` is cancelled, as

@@ -45,6 +45,7 @@
 //!   input, syntax errors (with `line:column`) and module access (`require`,
 //!   `import()`), using the oxc JavaScript parser.
 
+mod approval;
 mod bridge;
 mod cell;
 mod client_tools;
@@ -65,6 +66,7 @@ mod source;
 pub mod store;
 pub mod tools;
 
+pub use approval::{Approval, ApprovalRequest, Approver, MAX_APPROVAL_PREVIEW_BYTES};
 pub use client_tools::{
     ClientToolResult, ClientToolSpec, MAX_CLIENT_TOOLS, MAX_CLIENT_TOOLS_BYTES,
     MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_NAME_BYTES, MAX_TOOL_RESULTS,

@@ -1,5 +1,6 @@
 //! The public entry point: [`Runtime`] and its builder.
 
+use crate::approval::Approver;
 use crate::bridge::{CellTools, ToolsForCells};
 use crate::cell::runs::RunRegistry;
 use crate::cell::{self, CellEnv};
@@ -46,6 +47,7 @@ pub struct RuntimeBuilder {
     state_dir: Option<PathBuf>,
     state_store: Option<Arc<dyn StateStore>>,
     policy: Policy,
+    approver: Option<Arc<dyn Approver>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -58,6 +60,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("state_dir", &self.state_dir)
             .field("state_store", &self.state_store.as_ref().map(|_| ".."))
             .field("policy", &self.policy)
+            .field("approver", &self.approver.as_ref().map(|_| ".."))
             .finish()
     }
 }
@@ -94,6 +97,16 @@ impl RuntimeBuilder {
     /// fails [`build`](Self::build) with [`Error::Config`].
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// Asks `approver` about calls to tools the policy's `approve` list
+    /// matches (operations.md §3.4), unless a call brings its own
+    /// ([`ExecInput::with_approver`]). Without one such calls are denied.
+    /// A decision not made within [`HostLimits::approval_timeout_ms`]
+    /// counts as a decline; the cell's clock is paused while it waits.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.approver = Some(approver);
         self
     }
 
@@ -186,6 +199,7 @@ impl RuntimeBuilder {
             tools: self.tools,
             cell_tools,
             tools_for_cells,
+            approver: self.approver,
             runs,
             store,
             mcp,
@@ -238,6 +252,7 @@ pub struct Runtime {
     tools: ToolRegistry,
     cell_tools: Arc<CellTools>,
     tools_for_cells: ToolsForCells,
+    approver: Option<Arc<dyn Approver>>,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
     mcp: McpClients,
@@ -319,6 +334,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             limits: &self.limits,
             tools: &self.cell_tools,
             tools_for_cells: &self.tools_for_cells,
+            approver: self.approver.as_ref(),
             runs: &self.runs,
             store: &self.store,
             telemetry,

@@ -5,6 +5,7 @@
 use super::catalog::CellTools;
 use super::settlement::{catalog_err, err, malformed, ok};
 use super::{Start, Work};
+use crate::approval::{ApprovalRequest, Approvals};
 use crate::tools::ToolErrorCode;
 use quickcell_catalog::SourceKind;
 use serde_json::Value;
@@ -47,7 +48,13 @@ pub(crate) fn callable(args_json: &str) -> Option<String> {
 
 /// Starts a tool call. A tool that answers without waiting (a lookup, a
 /// no-op, anything done in its first poll) settles with this batch.
-pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &str) -> Start {
+pub(crate) fn start(
+    tools: &CellTools,
+    restart_safe: bool,
+    approvals: Option<&Approvals>,
+    id: u64,
+    args_json: &str,
+) -> Start {
     let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
         Ok(args) => args,
         Err(e) => return Start::Settled(malformed(id, e)),
@@ -70,28 +77,47 @@ pub(crate) fn start(tools: &CellTools, restart_safe: bool, id: u64, args_json: &
             "invalid_input",
         ));
     };
-    if let Some(pattern) = tools.approval_pattern(&prepared.id) {
-        return Start::Settled(err(
-            id,
-            approval_denied(&prepared.display_name, pattern),
-            "tool_error",
-        ));
-    }
     // The catalog's mark: only trusted host tools carry it.
     let replay_safe = prepared.replay_safe;
     if restart_safe && !replay_safe {
         return Start::Settled(err(id, RESTART_SAFE_UNSAFE_TOOL, "invalid_input"));
     }
+    // The caller runs a declared client tool: approving it is the caller's
+    // business.
     if tools.is_declared_client_tool(&prepared) {
         return Start::Client {
             tool: prepared.tool_name,
             input: prepared.arguments,
         };
     }
+    let approval = match (tools.approval_pattern(&prepared.id), approvals) {
+        (None, _) => None,
+        (Some(pattern), None) => {
+            return Start::Settled(err(
+                id,
+                approval_denied(&prepared.display_name, pattern),
+                "tool_error",
+            ))
+        }
+        (Some(pattern), Some(approvals)) => Some((
+            approvals.clone(),
+            ApprovalRequest {
+                tool: prepared.display_name.clone(),
+                pattern: pattern.to_string(),
+                arguments_preview: crate::approval::preview(&prepared.arguments),
+                session: approvals.session.clone(),
+            },
+        )),
+    };
     let token = CancellationToken::new();
     let catalog = tools.catalog.clone();
     let call_token = token.clone();
     let call = async move {
+        if let Some((approvals, request)) = approval {
+            if let Err(declined) = approvals.ask(request).await {
+                return err(id, declined, "tool_error");
+            }
+        }
         let name = prepared.display_name.clone();
         match tool.call(prepared.arguments, call_token).await {
             Ok(value) => match catalog.check_output(&prepared.id, &name, &value) {

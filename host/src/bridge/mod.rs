@@ -225,6 +225,8 @@ pub(crate) struct Bridge {
     pub dispatch_started: bool,
     /// Counts settled tool calls for the call driving the cell.
     progress: Option<crate::progress::Progress>,
+    /// Who decides calls that need an approval, when anyone can.
+    approvals: Option<crate::approval::Approvals>,
 }
 
 impl Bridge {
@@ -249,7 +251,35 @@ impl Bridge {
             tools,
             dispatch_started: false,
             progress: None,
+            approvals: None,
         }
+    }
+
+    /// Asks `approvals` about calls that need an approval from now on
+    /// (`None`: they are denied). Calls already waiting keep their
+    /// approver.
+    pub(crate) fn set_approvals(&mut self, approvals: Option<crate::approval::Approvals>) {
+        self.approvals = approvals;
+    }
+
+    /// Whether a call of the cell waits for an approval decision now.
+    pub(crate) fn awaiting_approval(&self) -> bool {
+        self.approvals
+            .as_ref()
+            .is_some_and(|a| a.clock.is_waiting())
+    }
+
+    /// The time calls have waited for decisions since the last look (the
+    /// cell's clock is paused for it).
+    pub(crate) fn take_approval_pause(&self) -> std::time::Duration {
+        self.approvals
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |a| a.clock.take_paused())
+    }
+
+    /// The clock whose changes wake the cell's driver while it waits.
+    pub(crate) fn approval_clock(&self) -> Option<Arc<crate::approval::ApprovalClock>> {
+        self.approvals.as_ref().map(|a| a.clock.clone())
     }
 
     /// Counts the tool calls that settle from now on in `progress`
@@ -650,7 +680,13 @@ impl Bridge {
             };
             Start::Settled(err(id, message, "invalid_input"))
         } else if method == "callValue" {
-            calls::start(&self.tools, self.restart_safe, id, &request.args_json)
+            calls::start(
+                &self.tools,
+                self.restart_safe,
+                self.approvals.as_ref(),
+                id,
+                &request.args_json,
+            )
         } else {
             match serde_json::from_str::<Value>(&request.args_json) {
                 Err(e) => Start::Settled(malformed(id, e)),

@@ -95,10 +95,15 @@ impl LiveCell {
                     // A required cell cannot hand control back to the
                     // model: its yields resolve at once.
                     self.bridge.release_yields();
-                } else {
+                } else if !self.bridge.awaiting_approval() {
+                    // (A cell does not park while a call of it waits for
+                    // an approval.)
                     return self.park(env).await;
                 }
             }
+            // Time spent waiting for approvals is given back to the cell
+            // (an `awaitResults` cell's clock is paused anyway).
+            let approval_pause = self.bridge.take_approval_pause();
             let batch = if self.await_results {
                 // Waiting on tools pauses the clock of a required cell, up
                 // to the host's bound on such waits in all.
@@ -127,12 +132,34 @@ impl LiveCell {
                 }
                 batch
             } else {
+                let deadline = &mut self.store.data_mut().deadline_ns;
+                *deadline = deadline.saturating_add(approval_pause.as_nanos() as u64);
+                // Woken when a call starts or stops waiting for an approval
+                // (registered before the state is read, so no change is
+                // missed).
+                let clock = self.bridge.approval_clock();
+                let changed = clock.as_ref().map(|c| c.changed.notified());
+                tokio::pin!(changed);
+                if let Some(notified) = changed.as_mut().as_pin_mut() {
+                    notified.enable();
+                }
+                let awaiting = self.bridge.awaiting_approval();
                 let park_at = self.park_at(env);
-                if Instant::now() >= park_at {
+                if !awaiting && Instant::now() >= park_at {
                     None
                 } else {
+                    // While a call waits for its approval the cell's clock
+                    // is paused: no park deadline.
+                    let until = (!awaiting).then_some(park_at);
+                    let approval_changed = async {
+                        match changed.as_mut().as_pin_mut() {
+                            Some(notified) => notified.await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
-                        batch = self.bridge.next_batch(Some(park_at)) => batch,
+                        batch = self.bridge.next_batch(until) => batch,
+                        () = approval_changed => Some(Vec::new()),
                         () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
                     }
                 }

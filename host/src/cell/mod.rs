@@ -102,6 +102,8 @@ pub(crate) struct CellEnv<'a> {
     pub tools: &'a Arc<CellTools>,
     /// Builds the tools of a cell that declares client tools.
     pub tools_for_cells: &'a crate::bridge::ToolsForCells,
+    /// The runtime's approver, if any.
+    pub approver: Option<&'a Arc<dyn crate::approval::Approver>>,
     pub runs: &'a Arc<RunRegistry>,
     /// Parked runs, session values and saved results.
     pub store: &'a Arc<dyn crate::store::StateStore>,
@@ -196,6 +198,22 @@ async fn instantiate(
     Ok((store, exports, fuel))
 }
 
+/// Who decides a call's approvals: its own approver, else the runtime's;
+/// `None` when neither exists (such calls are denied).
+fn approvals(
+    env: &CellEnv<'_>,
+    own: Option<&Arc<dyn crate::approval::Approver>>,
+    owner: &Owner,
+) -> Option<crate::approval::Approvals> {
+    let approver = own.or(env.approver)?.clone();
+    Some(crate::approval::Approvals {
+        approver,
+        timeout: Duration::from_millis(env.runs.limits.approval_timeout_ms()),
+        clock: Arc::default(),
+        session: owner.session.clone(),
+    })
+}
+
 /// The deadline of a call that starts now, in [`process_nanos`].
 fn deadline_after(timeout_ms: u64) -> u64 {
     process_nanos().saturating_add(timeout_ms.saturating_mul(1_000_000))
@@ -264,6 +282,7 @@ pub(crate) async fn exec(
         owner: input.owner.clone(),
     });
     bridge.set_progress(input.progress().cloned());
+    bridge.set_approvals(approvals(env, input.approver(), &input.owner));
     let cell = LiveCell {
         store,
         exports,

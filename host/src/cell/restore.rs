@@ -132,6 +132,11 @@ pub(super) async fn restore(
         }
     };
     bridge.set_progress(input.progress().cloned());
+    let owner = Owner {
+        agent_run: host.agent_run.clone(),
+        session: host.session.clone(),
+    };
+    bridge.set_approvals(approvals(env, input.approver(), &owner));
     bridge.answer_client_calls(&input.tool_results);
     bridge.release_yields();
     bridge.collect_finished();

@@ -149,6 +149,7 @@ struct RawHost {
     max_suspended_runs_per_session: Option<Setting>,
     max_running_cells_per_session: Option<Setting>,
     max_await_results_ms: Option<Setting>,
+    approval_timeout_ms: Option<Setting>,
 }
 
 impl RawHost {
@@ -169,6 +170,10 @@ impl RawHost {
                 (
                     self.max_await_results_ms,
                     HostLimits::with_max_await_results_ms,
+                ),
+                (
+                    self.approval_timeout_ms,
+                    HostLimits::with_approval_timeout_ms,
                 ),
             ],
         )
@@ -727,7 +732,7 @@ mod tests {
         for (text, want) in [
             ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
-            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms"),
+            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
             ("[workspace]\nroot = \"/\"\nroots = \"/\"\n", "line 3, column 1: unknown key `workspace.roots`; known keys: root"),
             (&format!("{tool}{tool}replay = true\n")[..], "line 11, column 1: tools[1]: unknown key `replay`; known keys: name, description, input_schema, output_schema, command, replay_safe, timeout_ms"),

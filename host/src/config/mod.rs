@@ -219,6 +219,7 @@ pub struct HostLimits {
     max_suspended_runs_per_session: u64,
     max_running_cells_per_session: u64,
     max_await_results_ms: u64,
+    approval_timeout_ms: u64,
 }
 
 /// [`HostLimits::default`].
@@ -227,6 +228,7 @@ const HOST_LIMITS: HostLimits = HostLimits {
     max_suspended_runs_per_session: 16,
     max_running_cells_per_session: 4,
     max_await_results_ms: 600_000,
+    approval_timeout_ms: 300_000,
 };
 
 impl Default for HostLimits {
@@ -265,6 +267,14 @@ impl HostLimits {
     pub fn max_await_results_ms(&self) -> u64 {
         self.max_await_results_ms
     }
+    /// How long a call that needs an approval (operations.md §3.4) waits
+    /// for the approver's decision; no decision by then counts as a
+    /// decline. The cell's clock is paused meanwhile. Unit: milliseconds;
+    /// scope: one call; default 300,000 (5 minutes); range
+    /// 100–86,400,000.
+    pub fn approval_timeout_ms(&self) -> u64 {
+        self.approval_timeout_ms
+    }
 
     /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
     /// the per-session share is lowered to it when needed).
@@ -301,6 +311,12 @@ impl HostLimits {
     /// default).
     pub fn with_max_await_results_ms(mut self, ms: u64) -> Self {
         self.max_await_results_ms = limit(ms, HOST_LIMITS.max_await_results_ms, 100, 86_400_000);
+        self
+    }
+    /// Sets `approval_timeout_ms` (clamped to 100–86,400,000; 0 → the
+    /// default).
+    pub fn with_approval_timeout_ms(mut self, ms: u64) -> Self {
+        self.approval_timeout_ms = limit(ms, HOST_LIMITS.approval_timeout_ms, 100, 86_400_000);
         self
     }
 }

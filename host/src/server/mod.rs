@@ -78,16 +78,18 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
         ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-        ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+        ElicitRequestParams, ElicitationAction, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
         ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
     },
-    service::{Peer, RequestContext},
+    service::{ElicitationMode, Peer, RequestContext},
     ErrorData, RoleServer, ServerHandler,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+use crate::approval::{Approval, ApprovalRequest, Approver};
 use crate::error::Error;
 use crate::progress::Progress;
 use crate::result::CellResult;
@@ -107,6 +109,59 @@ pub(crate) struct CallControl {
     pub cancel: CancellationToken,
     /// Read by the progress reporter ([`report_progress`]).
     pub progress: Progress,
+    /// Asks the client about calls that need an approval, when it
+    /// supports elicitation ([`ElicitingApprover`]).
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+/// Asks the MCP client whether a call that needs an approval may run, with
+/// a form elicitation (`elicitation/create`): the tool, the policy pattern
+/// and a preview of the arguments, and one boolean, `approve`. Accepting
+/// with `approve: true` approves; anything else — `approve: false`, a
+/// decline, a dismissal, an error — declines.
+struct ElicitingApprover {
+    peer: Peer<RoleServer>,
+}
+
+#[async_trait::async_trait]
+impl Approver for ElicitingApprover {
+    async fn decide(&self, request: &ApprovalRequest) -> Approval {
+        let decline = |reason: String| Approval::Decline {
+            reason: Some(reason),
+        };
+        let params = json!({
+            "mode": "form",
+            "message": format!(
+                "A Code Mode cell wants to call {} (policy approve = \"{}\") with these arguments: {}. Approve this call?",
+                request.tool, request.pattern, request.arguments_preview
+            ),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "approve": {"type": "boolean", "title": "Approve", "description": "Let this one call run."}
+                },
+                "required": ["approve"]
+            }
+        });
+        let params = match serde_json::from_value::<ElicitRequestParams>(params) {
+            Ok(params) => params,
+            Err(e) => return decline(format!("the approval request could not be built: {e}")),
+        };
+        match self.peer.create_elicitation(params).await {
+            Ok(result) => match result.action {
+                ElicitationAction::Accept
+                    if result.content.as_ref().and_then(|c| c.get("approve"))
+                        == Some(&Value::Bool(true)) =>
+                {
+                    Approval::Approve
+                }
+                ElicitationAction::Accept => decline("the user did not approve it".into()),
+                ElicitationAction::Decline => decline("the user declined it".into()),
+                _ => decline("the user dismissed the request".into()),
+            },
+            Err(e) => decline(format!("the MCP client could not be asked: {e}")),
+        }
+    }
 }
 
 /// What the MCP server needs from quickcell.
@@ -551,9 +606,18 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let session = self.scope();
         let service = self.service.clone();
+        let elicits = context
+            .peer
+            .supported_elicitation_modes()
+            .contains(&ElicitationMode::Form);
         let control = CallControl {
             cancel: context.ct.clone(),
             progress: Progress::new(),
+            approver: elicits.then(|| {
+                Arc::new(ElicitingApprover {
+                    peer: context.peer.clone(),
+                }) as Arc<dyn Approver>
+            }),
         };
         let reporter = match (operation, context.meta.get_progress_token()) {
             (Operation::Exec | Operation::Wait, Some(token)) => Some(AbortOnDrop(tokio::spawn(
@@ -623,14 +687,22 @@ fn session_owner(session: &str) -> Owner {
 impl CellService for Runtime {
     async fn exec(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
         self.exec_json_controlled(session_owner(session), &args, |input| {
-            input.with_cancel(call.cancel).with_progress(call.progress)
+            let input = input.with_cancel(call.cancel).with_progress(call.progress);
+            match call.approver {
+                Some(approver) => input.with_approver(approver),
+                None => input,
+            }
         })
         .await
     }
 
     async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
         self.wait_json_controlled(session_owner(session), &args, |input| {
-            input.with_cancel(call.cancel).with_progress(call.progress)
+            let input = input.with_cancel(call.cancel).with_progress(call.progress);
+            match call.approver {
+                Some(approver) => input.with_approver(approver),
+                None => input,
+            }
         })
         .await
     }
