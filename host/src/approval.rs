@@ -188,7 +188,11 @@ mod tests {
         assert_eq!(preview(&short), r#"{"a":1}"#);
         let long = serde_json::json!({"a": "é".repeat(MAX_APPROVAL_PREVIEW_BYTES)});
         let cut = preview(&long);
-        assert!(cut.len() <= MAX_APPROVAL_PREVIEW_BYTES && cut.ends_with('…'), "{}", cut.len());
+        assert!(
+            cut.len() <= MAX_APPROVAL_PREVIEW_BYTES && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
     }
 
     #[test]
@@ -204,7 +208,10 @@ mod tests {
         let elapsed = started.elapsed();
         assert!(!clock.is_waiting());
         let paused = clock.take_paused();
-        assert!(paused >= Duration::from_millis(20) && paused <= elapsed, "{paused:?}");
+        assert!(
+            paused >= Duration::from_millis(20) && paused <= elapsed,
+            "{paused:?}"
+        );
         assert_eq!(clock.take_paused(), Duration::ZERO);
     }
 }

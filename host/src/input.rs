@@ -8,11 +8,11 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
+use crate::approval::{Approver, ApproverSlot};
 use crate::client_tools::{
     check_client_tools, check_tool_results, parse_client_tools, parse_tool_results,
     ClientToolResult, ClientToolSpec,
 };
-use crate::approval::{Approver, ApproverSlot};
 use crate::progress::Progress;
 use crate::store::Owner;
 use serde_json::{Map, Value};

@@ -2,6 +2,7 @@
 //! Every test runs real cells through the library or the built binary.
 
 mod api;
+mod approvals;
 mod bridge;
 mod cancel;
 mod catalog;

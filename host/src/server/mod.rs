@@ -77,10 +77,10 @@ use std::sync::{
 use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-        ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-        ElicitRequestParams, ElicitationAction, ListToolsResult,
-        PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-        ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+        ElicitRequestParams, ElicitationAction, ErrorCode, Implementation, InitializeRequestParams,
+        InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities,
+        ServerConfig, Tool,
     },
     service::{ElicitationMode, Peer, RequestContext},
     ErrorData, RoleServer, ServerHandler,

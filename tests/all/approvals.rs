@@ -1,0 +1,286 @@
+//! Approvals (operations.md §3.4): an `Approver` decides calls the
+//! policy's `approve` list matches — in the library, and in `quickcell
+//! serve` through MCP elicitation (the Python SDK's client answers).
+
+use crate::value;
+use quickcell::catalog::Policy;
+use quickcell::{
+    Approval, ApprovalRequest, Approver, CellResult, Config, ExecInput, HostLimits, Limits,
+    Runtime, ToolRegistry,
+};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Decides after `delay`, recording what it was asked.
+struct Scripted {
+    decision: Option<Approval>,
+    delay: Duration,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Scripted {
+    fn new(decision: Option<Approval>, delay: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            decision,
+            delay,
+            asked: Mutex::default(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Approver for Scripted {
+    async fn decide(&self, request: &ApprovalRequest) -> Approval {
+        self.asked.lock().unwrap().push(request.clone());
+        tokio::time::sleep(self.delay).await;
+        match &self.decision {
+            Some(decision) => decision.clone(),
+            // Never decides.
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// A runtime whose `nap` tool (appends a line to `<dir>/runs`, then
+/// answers) needs an approval.
+async fn guarded(
+    dir: &std::path::Path,
+    limits: Limits,
+    host: HostLimits,
+    approver: Arc<dyn Approver>,
+) -> Runtime {
+    let config = Config::parse(&format!(
+        "[[tools]]\nname = \"nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"0\"]\n",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tools/nap.sh"),
+        dir.join("runs").display().to_string()
+    ))
+    .unwrap();
+    Runtime::builder()
+        .limits(limits)
+        .host_limits(host)
+        .tools(ToolRegistry::from_config(&config).unwrap())
+        .policy(Policy {
+            approve: vec!["na*".into()],
+            ..Policy::default()
+        })
+        .approver(approver)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quickcell-approve-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Times the tool ran.
+fn runs(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string(dir.join("runs"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+const CALL: &str =
+    "try { return await nap({x: 1}) } catch (e) { return {code: e.code, message: e.message} }";
+
+/// Approved: the call runs. The approver sees the tool, the pattern, the
+/// arguments preview and the session.
+#[tokio::test]
+async fn an_approved_call_runs() {
+    let dir = scratch();
+    let approver = Scripted::new(Some(Approval::Approve), Duration::ZERO);
+    let rt = guarded(
+        &dir,
+        Limits::default(),
+        HostLimits::default(),
+        approver.clone(),
+    )
+    .await;
+    let r = rt
+        .exec(ExecInput::new("nap", CALL).with_owner(quickcell::Owner {
+            agent_run: "a".into(),
+            session: "s".into(),
+        }))
+        .await;
+    assert_eq!(value(&r), json!({"napped": {"x": 1}}));
+    assert_eq!(runs(&dir), 1);
+    let asked = approver.asked.lock().unwrap();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        (
+            asked[0].tool.as_str(),
+            asked[0].pattern.as_str(),
+            asked[0].arguments_preview.as_str(),
+            asked[0].session.as_str()
+        ),
+        ("nap", "na*", r#"{"x":1}"#, "s")
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Declined: a catchable `tool_error` saying so, with the reason; the tool
+/// never runs.
+#[tokio::test]
+async fn a_declined_call_is_a_catchable_tool_error() {
+    let dir = scratch();
+    let approver = Scripted::new(
+        Some(Approval::Decline {
+            reason: Some("not today".into()),
+        }),
+        Duration::ZERO,
+    );
+    let rt = guarded(&dir, Limits::default(), HostLimits::default(), approver).await;
+    let v = value(&rt.exec(ExecInput::new("nap", CALL)).await);
+    assert_eq!(v["code"], "tool_error");
+    assert_eq!(
+        v["message"],
+        "Calling nap was declined by the approver (policy approve = \"na*\"): not today"
+    );
+    assert_eq!(runs(&dir), 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// No decision within `approval_timeout_ms` counts as a decline (violated);
+/// a decision within it counts (obeyed).
+#[tokio::test]
+async fn the_approval_timeout_counts_as_a_decline() {
+    let dir = scratch();
+    let host = HostLimits::default().with_approval_timeout_ms(300);
+    let never = Scripted::new(None, Duration::ZERO);
+    let rt = guarded(&dir, Limits::default(), host.clone(), never).await;
+    let v = value(&rt.exec(ExecInput::new("nap", CALL)).await);
+    assert_eq!(
+        v["message"],
+        "Calling nap was declined: no approval decision within 300 ms (policy approve = \"na*\"; a timeout counts as a decline)."
+    );
+    assert_eq!(runs(&dir), 0);
+    let prompt = Scripted::new(Some(Approval::Approve), Duration::from_millis(50));
+    let rt = guarded(&dir, Limits::default(), host, prompt).await;
+    assert_eq!(
+        value(&rt.exec(ExecInput::new("nap", CALL)).await),
+        json!({"napped": {"x": 1}})
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The cell's clock is paused while a call waits for its decision: a cell
+/// with a 400 ms budget whose approver takes 1.5 s neither times out nor
+/// parks, and completes.
+#[tokio::test]
+async fn the_clock_is_paused_while_a_call_waits_for_approval() {
+    let dir = scratch();
+    let slow = Scripted::new(Some(Approval::Approve), Duration::from_millis(1_500));
+    let rt = guarded(
+        &dir,
+        Limits::default().with_timeout_ms(400),
+        HostLimits::default(),
+        slow,
+    )
+    .await;
+    let r = rt.exec(ExecInput::new("nap", CALL)).await;
+    assert!(matches!(r, CellResult::Completed(_)), "{}", r.to_json());
+    assert_eq!(value(&r), json!({"napped": {"x": 1}}));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A call's own approver is asked instead of the runtime's.
+#[tokio::test]
+async fn a_calls_own_approver_wins() {
+    let dir = scratch();
+    let runtime_approver = Scripted::new(Some(Approval::Approve), Duration::ZERO);
+    let rt = guarded(
+        &dir,
+        Limits::default(),
+        HostLimits::default(),
+        runtime_approver.clone(),
+    )
+    .await;
+    let own = Scripted::new(Some(Approval::Decline { reason: None }), Duration::ZERO);
+    let v = value(
+        &rt.exec(ExecInput::new("nap", CALL).with_approver(own.clone()))
+            .await,
+    );
+    assert_eq!(
+        v["message"],
+        "Calling nap was declined by the approver (policy approve = \"na*\")."
+    );
+    assert_eq!(
+        (
+            own.asked.lock().unwrap().len(),
+            runtime_approver.asked.lock().unwrap().len()
+        ),
+        (1, 0)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `quickcell serve` asks the MCP client with elicitation: accepted, the
+/// call runs; declined, it is a `tool_error`; a client without elicitation
+/// cannot be asked, so the call is denied (fail closed).
+#[test]
+fn serve_asks_the_mcp_client_with_elicitation() {
+    let dir = scratch();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"0\"]\n[policy]\napprove = [\"nap\"]\n",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tools/nap.sh"),
+            dir.join("runs").display().to_string()
+        ),
+    )
+    .unwrap();
+    let serve = |answer: Option<&str>| {
+        let mut args: Vec<String> = Vec::new();
+        if let Some(answer) = answer {
+            args.extend(["--elicit".into(), answer.into()]);
+        }
+        args.extend([
+            "--stdio".into(),
+            env!("CARGO_BIN_EXE_quickcell").into(),
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--state-dir".into(),
+            dir.join("state").display().to_string(),
+        ]);
+        let steps =
+            json!([{"op": "call_tool", "name": "exec", "args": {"title": "nap", "code": CALL}}]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::mcp::run(steps, &refs)
+    };
+    let out = serve(Some("accept"));
+    assert_eq!(out[0]["op"], "elicitation", "{out:?}");
+    let message = out[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("call nap (policy approve = \"nap\") with these arguments: {\"x\":1}"),
+        "{message}"
+    );
+    assert_eq!(
+        out[0]["requestedSchema"]["properties"]["approve"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        crate::mcp::result(&out[1])["value"],
+        json!({"napped": {"x": 1}})
+    );
+    assert_eq!(runs(&dir), 1);
+
+    let out = serve(Some("decline"));
+    assert_eq!(
+        crate::mcp::result(&out[1])["value"]["message"],
+        "Calling nap was declined by the approver (policy approve = \"nap\"): the user declined it"
+    );
+    let out = serve(None);
+    let message = crate::mcp::result(&out[0])["value"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("has no way to ask for one"), "{message}");
+    assert_eq!(runs(&dir), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
