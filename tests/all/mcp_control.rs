@@ -250,3 +250,37 @@ fn a_long_exec_reports_progress() {
     }
     assert_eq!(out[1]["progress"], json!([]));
 }
+
+/// `[mcp.servers.everything]`: the reference MCP server from npm
+/// (`@modelcontextprotocol/server-everything`, run by Node 22 from
+/// `.npm-mcp`, which `scripts/setup` installs).
+fn everything_server() -> String {
+    let npm = concat!(env!("CARGO_MANIFEST_DIR"), "/.npm-mcp/node_modules");
+    format!(
+        "[mcp.servers.everything]\ncommand = \"{npm}/.bin/node\"\nargs = [\"{npm}/@modelcontextprotocol/server-everything/dist/index.js\", \"stdio\"]\ntimeout_ms = 60000\n"
+    )
+}
+
+/// A cell waiting on a slow tool of a real third-party MCP server
+/// downstream is cancelled by the client's `notifications/cancelled`
+/// (quickcell cancels the downstream request in turn): the cell ends, its
+/// slot is free, and the downstream server keeps serving.
+#[test]
+fn a_cell_waiting_on_a_downstream_mcp_tool_is_cancelled() {
+    let scratch = Scratch::new(&format!(
+        "[limits]\ntimeout_ms = 60000\n[host]\nmax_suspended_runs = 1\n{}",
+        everything_server()
+    ));
+    let out = run(
+        json!([
+            {"op": "call_tool", "name": "exec", "args": exec("return await MCP.everything.triggerLongRunningOperation({duration: 60, steps: 6})"), "cancelAfter": 3},
+            {"op": "sleep", "seconds": 1},
+            {"op": "call_tool", "name": "exec", "args": exec("await yield_control(); return (await MCP.everything.echo({message: 'still here'})).content[0].text")},
+            {"op": "call_tool", "name": "wait", "runIdFromLast": true},
+        ]),
+        &args(&scratch.stdio()),
+    );
+    assert_eq!(out[0]["cancelled"], true, "{}", out[0]);
+    assert_eq!(result(&out[2])["status"], "waiting", "{}", out[2]);
+    assert_eq!(result(&out[3])["value"], "Echo: still here", "{}", out[3]);
+}
