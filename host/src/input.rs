@@ -15,6 +15,7 @@ use crate::client_tools::{
 };
 use crate::progress::Progress;
 use crate::store::Owner;
+use quickcell_catalog::Policy;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -43,6 +44,8 @@ pub struct ExecInput {
     progress: Option<Progress>,
     /// Decides the call's approvals ([`ExecInput::with_approver`]).
     approver: ApproverSlot,
+    /// The caller's policy, within the runtime's ([`ExecInput::with_policy`]).
+    policy: Option<Policy>,
 }
 
 impl ExecInput {
@@ -58,6 +61,7 @@ impl ExecInput {
             cancel_token: CancellationToken::new(),
             progress: None,
             approver: ApproverSlot::default(),
+            policy: None,
         }
     }
 
@@ -122,6 +126,23 @@ impl ExecInput {
         self.approver.0.as_ref()
     }
 
+    /// Limits the tools this call's cell may see and call further, within
+    /// the runtime's policy (operations.md §3.3: a policy per owner, say a
+    /// tenant's): a tool must pass both, and both `approve` lists apply.
+    /// The cell's catalog is then built for it (linear in the catalog).
+    /// Over [`crate::catalog::MAX_POLICY_PATTERNS`] patterns in a list, or
+    /// a pattern over [`crate::catalog::MAX_POLICY_PATTERN_BYTES`], the
+    /// call fails with `invalid_input`.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The caller's policy, if any.
+    pub(crate) fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
+    }
+
     /// Validates raw `exec` arguments (a JSON object as a model or MCP
     /// client sends them). Errors carry the contract's exact text.
     pub fn from_json(args: &Value) -> Result<Self, String> {
@@ -157,6 +178,7 @@ impl ExecInput {
             cancel_token: CancellationToken::new(),
             progress: None,
             approver: ApproverSlot::default(),
+            policy: None,
         };
         input.validate()?;
         Ok(input)
@@ -169,6 +191,9 @@ impl ExecInput {
         }
         if self.code.trim().is_empty() {
             return Err("code or command must be a non-empty string.".into());
+        }
+        if let Some(policy) = &self.policy {
+            policy.check()?;
         }
         check_client_tools(&self.client_tools)
     }
@@ -193,6 +218,8 @@ pub struct WaitInput {
     progress: Option<Progress>,
     /// Decides the call's approvals ([`WaitInput::with_approver`]).
     approver: ApproverSlot,
+    /// The caller's policy, within the runtime's ([`WaitInput::with_policy`]).
+    policy: Option<Policy>,
 }
 
 impl WaitInput {
@@ -206,6 +233,7 @@ impl WaitInput {
             cancel_token: CancellationToken::new(),
             progress: None,
             approver: ApproverSlot::default(),
+            policy: None,
         }
     }
 
@@ -242,6 +270,23 @@ impl WaitInput {
     /// The call's own approver, if any.
     pub(crate) fn approver(&self) -> Option<&std::sync::Arc<dyn Approver>> {
         self.approver.0.as_ref()
+    }
+
+    /// Limits the tools this call's cell may see and call further, within
+    /// the runtime's policy (operations.md §3.3: a policy per owner, say a
+    /// tenant's): a tool must pass both, and both `approve` lists apply.
+    /// The cell's catalog is then built for it (linear in the catalog).
+    /// Over [`crate::catalog::MAX_POLICY_PATTERNS`] patterns in a list, or
+    /// a pattern over [`crate::catalog::MAX_POLICY_PATTERN_BYTES`], the
+    /// call fails with `invalid_input`.
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The caller's policy, if any.
+    pub(crate) fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
     }
 
     /// Cancels the call when `token` is cancelled, as
@@ -288,6 +333,9 @@ impl WaitInput {
     pub fn validate(&self) -> Result<(), String> {
         if self.run_id.trim().is_empty() {
             return Err(RUN_ID_ERROR.into());
+        }
+        if let Some(policy) = &self.policy {
+            policy.check()?;
         }
         check_tool_results(&self.tool_results)
     }

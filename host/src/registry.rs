@@ -199,7 +199,20 @@ impl ToolRegistry {
     /// [`ToolRegistry::catalog`] with only the tools `policy` lets cells
     /// see (indexed once, after the policy).
     pub fn catalog_under(&self, policy: quickcell_catalog::Policy) -> Catalog {
+        self.catalog_within(policy, None)
+    }
+
+    /// [`ToolRegistry::catalog_under`] with a further policy every tool
+    /// must also pass (a caller's, within the runtime's).
+    pub(crate) fn catalog_within(
+        &self,
+        policy: quickcell_catalog::Policy,
+        narrowing: Option<quickcell_catalog::Policy>,
+    ) -> Catalog {
         let mut builder = Catalog::builder().policy(policy);
+        if let Some(narrowing) = narrowing {
+            builder = builder.narrowed_by(narrowing);
+        }
         for (tool, origin) in self.host.iter().zip(&self.origins) {
             let mut spec = spec_of(tool.as_ref());
             if tool.replay_safe() {

@@ -273,3 +273,98 @@ async fn a_denied_client_tool_does_not_take_over_the_host_tool_it_shadows() {
     assert_eq!(host_calls.load(Ordering::SeqCst), 1);
     assert_eq!(client_calls.load(Ordering::SeqCst), 0);
 }
+
+/// A call's own policy narrows the runtime's for that cell alone: the tool
+/// it denies is on none of the cell's surfaces, other cells see it, and it
+/// cannot widen what the runtime denies.
+#[tokio::test]
+async fn a_calls_policy_narrows_the_runtimes_for_its_cell() {
+    let (rt, writes) = payroll(Policy::default()).await;
+    let deny_write = Policy {
+        deny: vec!["payroll_write".into()],
+        ..Policy::default()
+    };
+    let seen = crate::value(
+        &rt.exec(ExecInput::new("surfaces", SURFACES).with_policy(deny_write))
+            .await,
+    );
+    assert_eq!(seen["all"], json!(["payroll_read"]), "{seen}");
+    assert_eq!(seen["found"], json!(["payroll_read"]), "{seen}");
+    assert_eq!(seen["global"], "undefined");
+    assert_eq!(seen["api"], "refused");
+    assert!(
+        seen["call"].as_str().unwrap().starts_with("ReferenceError"),
+        "{seen}"
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    // Another cell of the runtime sees it.
+    assert_eq!(surfaces(&rt).await["call"], "ran");
+    // The runtime's deny wins over a call's allow.
+    let (rt, _) = payroll(Policy {
+        deny: vec!["payroll_write".into()],
+        ..Policy::default()
+    })
+    .await;
+    let seen = crate::value(
+        &rt.exec(ExecInput::new("surfaces", SURFACES).with_policy(Policy {
+            allow: Some(vec!["payroll_*".into()]),
+            ..Policy::default()
+        }))
+        .await,
+    );
+    assert_eq!(seen["all"], json!(["payroll_read"]), "{seen}");
+}
+
+/// A parked cell resumed under a policy that denies a tool it was going to
+/// call gets `Permission change interrupted this Code Mode program` from
+/// that call: catchable, and `aborted` when not caught.
+#[tokio::test]
+async fn a_permission_change_interrupts_a_resumed_cell() {
+    let (rt, writes) = payroll(Policy::default()).await;
+    let deny_write = || Policy {
+        deny: vec!["payroll_write".into()],
+        ..Policy::default()
+    };
+    let park = |code: &str| ExecInput::new("park", format!("await yield_control(); {code}"));
+    let r = rt
+        .exec(park("return await payroll_write({value: 1})"))
+        .await;
+    let id = crate::waiting(&r).run_id.clone();
+    let r = rt
+        .wait(quickcell::WaitInput::new(id).with_policy(deny_write()))
+        .await;
+    let f = crate::failed(&r);
+    assert_eq!(f.code, quickcell::ErrorCode::Aborted, "{}", f.error);
+    assert!(
+        f.error
+            .contains("Permission change interrupted this Code Mode program"),
+        "{}",
+        f.error
+    );
+    let r = rt
+        .exec(park(
+            "try { await payroll_write({value: 1}) } catch (e) { return e.message }",
+        ))
+        .await;
+    let id = crate::waiting(&r).run_id.clone();
+    let r = rt
+        .wait(quickcell::WaitInput::new(id).with_policy(deny_write()))
+        .await;
+    assert_eq!(
+        crate::value(&r),
+        json!("Permission change interrupted this Code Mode program")
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    // Under the same policy at exec and wait nothing changed: the tool was
+    // never there, and the call is an ordinary ReferenceError.
+    let r = rt
+        .exec(park("return await payroll_write({value: 1})").with_policy(deny_write()))
+        .await;
+    let id = crate::waiting(&r).run_id.clone();
+    let r = rt
+        .wait(quickcell::WaitInput::new(id).with_policy(deny_write()))
+        .await;
+    let f = crate::failed(&r);
+    assert_eq!(f.code, quickcell::ErrorCode::InternalError);
+    assert!(f.error.starts_with("ReferenceError"), "{}", f.error);
+}

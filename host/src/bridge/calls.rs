@@ -26,6 +26,22 @@ pub(crate) fn approval_denied(tool: &str, pattern: &str) -> String {
     )
 }
 
+/// The error of a call, in a cell resumed under another policy, to a tool
+/// that policy no longer lets it see (operations.md §3.3). Uncaught, it
+/// fails the cell with code `aborted`.
+pub(crate) const PERMISSION_CHANGED: &str = "Permission change interrupted this Code Mode program";
+
+/// How the cell making a call runs.
+#[derive(Clone, Copy)]
+pub(crate) struct CallContext<'a> {
+    /// The cell is `restartSafe`.
+    pub restart_safe: bool,
+    /// Who decides approvals, if anyone can.
+    pub approvals: Option<&'a Approvals>,
+    /// The cell resumed under other tools than it parked with.
+    pub catalog_changed: bool,
+}
+
 /// Arguments of a `callValue` request.
 #[derive(serde::Deserialize)]
 struct CallValueArgs {
@@ -50,11 +66,15 @@ pub(crate) fn callable(args_json: &str) -> Option<String> {
 /// no-op, anything done in its first poll) settles with this batch.
 pub(crate) fn start(
     tools: &CellTools,
-    restart_safe: bool,
-    approvals: Option<&Approvals>,
+    context: CallContext<'_>,
     id: u64,
     args_json: &str,
 ) -> Start {
+    let CallContext {
+        restart_safe,
+        approvals,
+        catalog_changed,
+    } = context;
     let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
         Ok(args) => args,
         Err(e) => return Start::Settled(malformed(id, e)),
@@ -65,6 +85,9 @@ pub(crate) fn start(
         .guest_prepare_call(&tools.projection, callable, input)
     {
         Ok(p) => p,
+        Err(e) if catalog_changed && e.kind == quickcell_catalog::ErrorKind::UnknownCallable => {
+            return Start::Settled(err(id, PERMISSION_CHANGED, "aborted"))
+        }
         Err(e) => return Start::Settled(catalog_err(id, e)),
     };
     if prepared.source == SourceKind::Mcp && restart_safe {

@@ -46,6 +46,10 @@ pub(crate) struct CellTools {
     /// The client tools declared for this cell (`clientTools`): a call to
     /// one waits for the caller. Empty for the runtime's shared tools.
     pub declared_client_tools: Vec<crate::ClientToolSpec>,
+    /// SHA-256 (hex, first 16 bytes) of the callable names (what the
+    /// policies let the cell see): a parked cell resumed under other names
+    /// knows that the tools it may call changed.
+    pub digest: String,
 }
 
 /// What building a cell's own [`CellTools`] needs: the runtime's tools and
@@ -62,12 +66,16 @@ impl ToolsForCells {
     /// the runtime's tools and the declared ones (indexed for this cell,
     /// under the runtime's policy; a declared tool shadows a host tool of
     /// the same name). Linear in the catalog's size.
+    ///
+    /// With `policy` (the caller's), a tool must pass it as well as the
+    /// runtime's, and its `approve` patterns apply too.
     pub(crate) fn for_cell(
         &self,
         shared: &Arc<CellTools>,
         declared: &[crate::ClientToolSpec],
+        policy: Option<&quickcell_catalog::Policy>,
     ) -> Arc<CellTools> {
-        if declared.is_empty() {
+        if declared.is_empty() && policy.is_none() {
             return shared.clone();
         }
         let mut registry = self.registry.clone();
@@ -77,7 +85,7 @@ impl ToolsForCells {
                 spec.clone(),
             )));
         }
-        let catalog = registry.catalog_under(self.policy.clone());
+        let catalog = registry.catalog_within(self.policy.clone(), policy.cloned());
         let mut tools = CellTools::new(catalog, &registry, self.search_limits);
         tools.declared_client_tools = declared.to_vec();
         Arc::new(tools)
@@ -102,12 +110,9 @@ impl CellTools {
     /// The policy's `approve` pattern the catalog entry `id` matches, if
     /// any (its calls need an approval).
     pub(crate) fn approval_pattern(&self, id: &str) -> Option<&str> {
-        let policy = self.catalog.policy();
-        if policy.approve.is_empty() {
-            return None;
-        }
         let entry = self.catalog.get(id)?;
-        policy.needs_approval(entry.source(), entry.name(), entry.id())
+        self.catalog
+            .needs_approval(entry.source(), entry.name(), entry.id())
     }
 
     pub(crate) fn new(
@@ -135,6 +140,15 @@ impl CellTools {
             serde_json::to_string(&mcp_layout).expect("the layout serializes"),
         );
         let metas_json = serde_json::to_string(&metas).expect("metadata serializes");
+        let digest = {
+            use sha2::Digest as _;
+            let mut hash = sha2::Sha256::new();
+            hash.update(start_options.as_bytes());
+            hash.finalize()[..16]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
         let untrusted_source = untrusted_in_catalog(&catalog);
         let has_process_tool = catalog.entries().iter().any(|e| e.name() == "process");
         Self {
@@ -150,6 +164,7 @@ impl CellTools {
             search_limits,
             has_process_tool,
             declared_client_tools: Vec::new(),
+            digest,
         }
     }
 

@@ -51,7 +51,7 @@ mod settlement;
 mod timers;
 
 #[cfg(feature = "mcp-server")]
-pub(crate) use calls::approval_denied;
+pub(crate) use calls::{approval_denied, PERMISSION_CHANGED};
 pub(crate) use catalog::{CellTools, ToolsForCells};
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;
@@ -227,6 +227,9 @@ pub(crate) struct Bridge {
     progress: Option<crate::progress::Progress>,
     /// Who decides calls that need an approval, when anyone can.
     approvals: Option<crate::approval::Approvals>,
+    /// The cell resumed with other tools than it parked with: a call to a
+    /// tool that is gone gets [`calls::PERMISSION_CHANGED`].
+    catalog_changed: bool,
 }
 
 impl Bridge {
@@ -252,7 +255,24 @@ impl Bridge {
             dispatch_started: false,
             progress: None,
             approvals: None,
+            catalog_changed: false,
         }
+    }
+
+    /// Uses `tools` for calls from now on (a resumed cell's, which the
+    /// wait's policy may have changed).
+    pub(crate) fn set_tools(&mut self, tools: Arc<CellTools>) {
+        self.tools = tools;
+    }
+
+    /// The digest of the tools the cell may call.
+    pub(crate) fn catalog_digest(&self) -> &str {
+        &self.tools.digest
+    }
+
+    /// Marks the cell as resumed under other tools than it parked with.
+    pub(crate) fn set_catalog_changed(&mut self, changed: bool) {
+        self.catalog_changed = changed;
     }
 
     /// Asks `approvals` about calls that need an approval from now on
@@ -682,8 +702,11 @@ impl Bridge {
         } else if method == "callValue" {
             calls::start(
                 &self.tools,
-                self.restart_safe,
-                self.approvals.as_ref(),
+                calls::CallContext {
+                    restart_safe: self.restart_safe,
+                    approvals: self.approvals.as_ref(),
+                    catalog_changed: self.catalog_changed,
+                },
                 id,
                 &request.args_json,
             )

@@ -225,13 +225,28 @@ pub(super) fn ending_from_status(json: &str) -> Option<Ending> {
                 phase: FailurePhase::Guest,
                 error: crate::Error::MemoryLimitExceeded.to_string(),
             },
-            _ => Ending::Failed {
-                code: ErrorCode::InternalError,
-                phase: FailurePhase::Guest,
-                error: status
+            _ => {
+                let error = status
                     .error
-                    .unwrap_or_else(|| "Error: unknown guest failure".into()),
-            },
+                    .unwrap_or_else(|| "Error: unknown guest failure".into());
+                // An uncaught permission change (operations.md §3.3) ends
+                // the cell as aborted. The guest reports only the error's
+                // text, so it is recognised by its exact first line (a
+                // cell that throws that text itself gets the same code).
+                let first_line = error.lines().next().unwrap_or("");
+                let permission_changed = first_line
+                    .strip_prefix("Error: ")
+                    .is_some_and(|m| m == crate::bridge::PERMISSION_CHANGED);
+                Ending::Failed {
+                    code: if permission_changed {
+                        ErrorCode::Aborted
+                    } else {
+                        ErrorCode::InternalError
+                    },
+                    phase: FailurePhase::Guest,
+                    error,
+                }
+            }
         },
         (other, _) => Ending::Failed {
             code: ErrorCode::InternalError,

@@ -131,6 +131,10 @@ struct HostState {
     /// them wherever it resumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     client_tools: Vec<crate::ClientToolSpec>,
+    /// The digest of the tools the cell could call when it parked
+    /// ([`CellTools::digest`]).
+    #[serde(default)]
+    catalog_digest: String,
 }
 
 /// A cell with a live instance, during one call.
@@ -236,7 +240,9 @@ pub(crate) async fn exec(
     if cancel.is_cancelled() {
         return aborted_before_start((env.telemetry)());
     }
-    let tools = env.tools_for_cells.for_cell(env.tools, &input.client_tools);
+    let tools = env
+        .tools_for_cells
+        .for_cell(env.tools, &input.client_tools, input.policy());
     let is_tool_global = |name: &str| tools.projection.resolve(name).is_some();
     // Large sources are checked a few at a time process-wide: a hostile one
     // may touch a lot of stack while it is parsed (see `source`).

@@ -72,6 +72,7 @@ impl LiveCell {
             parked_unix_ms,
             bridge: self.bridge.parked_state(),
             client_tools: self.bridge.declared_client_tools().to_vec(),
+            catalog_digest: self.bridge.catalog_digest().to_string(),
         };
         let host_json = serde_json::to_vec(&host).expect("host state serializes");
         let stack_pointer = self

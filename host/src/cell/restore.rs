@@ -106,8 +106,16 @@ pub(super) async fn restore(
         restore_started.elapsed().as_nanos() as u64,
         Ordering::Relaxed,
     );
+    // The wait's tools: the runtime's, the cell's declared client tools
+    // and the wait's policy. A live bridge of this process takes them over.
+    let tools = env
+        .tools_for_cells
+        .for_cell(env.tools, &host.client_tools, input.policy());
     let mut bridge = match live {
-        Some(bridge) => bridge,
+        Some(mut bridge) => {
+            bridge.set_tools(tools.clone());
+            bridge
+        }
         None => {
             let recorded = claimed
                 .settlements
@@ -115,7 +123,7 @@ pub(super) async fn restore(
                 .filter_map(|s| serde_json::from_str(s).ok())
                 .collect();
             Bridge::restore(
-                env.tools_for_cells.for_cell(env.tools, &host.client_tools),
+                tools.clone(),
                 env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
@@ -132,6 +140,10 @@ pub(super) async fn restore(
         }
     };
     bridge.set_progress(input.progress().cloned());
+    // Tools it could call before may be gone now (another policy).
+    bridge.set_catalog_changed(
+        !host.catalog_digest.is_empty() && host.catalog_digest != tools.digest,
+    );
     let owner = Owner {
         agent_run: host.agent_run.clone(),
         session: host.session.clone(),

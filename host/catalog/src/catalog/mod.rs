@@ -75,6 +75,7 @@ pub struct Telemetry {
 pub struct CatalogBuilder {
     tools: Vec<(Source, Arc<ToolSpec>)>,
     policy: Policy,
+    narrowing: Vec<Policy>,
     limits: Option<SearchLimits>,
 }
 
@@ -118,6 +119,13 @@ impl CatalogBuilder {
         self.policy = policy;
         self
     }
+    /// Add a further policy a tool must also pass to be visible (say, a
+    /// tenant's within the host's); its `approve` patterns apply too. It
+    /// can only narrow: a tool outside the effective policy stays out.
+    pub fn narrowed_by(mut self, policy: Policy) -> Self {
+        self.narrowing.push(policy);
+        self
+    }
     /// Set search limits (default [`SearchLimits::TOOL_SEARCH`]).
     pub fn limits(mut self, limits: SearchLimits) -> Self {
         self.limits = Some(limits);
@@ -129,6 +137,7 @@ impl CatalogBuilder {
         let mut c = Catalog {
             assembly: self.tools,
             policy: self.policy,
+            narrowing: self.narrowing,
             limits: self.limits.unwrap_or(SearchLimits::TOOL_SEARCH),
             entries: Vec::new(),
             direct_only: Vec::new(),
@@ -169,6 +178,8 @@ fn new_counter_scope() -> String {
 pub struct Catalog {
     assembly: Vec<(Source, Arc<ToolSpec>)>,
     policy: Policy,
+    /// Further policies every tool must also pass ([`CatalogBuilder::narrowed_by`]).
+    narrowing: Vec<Policy>,
     limits: SearchLimits,
     pub(crate) entries: Vec<Entry>,
     pub(crate) direct_only: Vec<(String, String)>,
@@ -210,7 +221,12 @@ impl Catalog {
         for i in order {
             let (source, spec) = &self.assembly[i];
             let id = source.catalog_id(&spec.name);
-            if !self.policy.allows_tool(source, &spec.name, &id) {
+            if !self.policy.allows_tool(source, &spec.name, &id)
+                || !self
+                    .narrowing
+                    .iter()
+                    .all(|p| p.allows_tool(source, &spec.name, &id))
+            {
                 continue;
             }
             if spec.catalog_mode == CatalogMode::DirectOnly {
@@ -328,6 +344,15 @@ impl Catalog {
     /// The effective policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The `approve` pattern (of the effective policy, else of a narrowing
+    /// one) the tool `name` of `source` (catalog id `id`) matches, if any:
+    /// each of its calls needs an approval.
+    pub fn needs_approval(&self, source: &Source, name: &str, id: &str) -> Option<&str> {
+        std::iter::once(&self.policy)
+            .chain(&self.narrowing)
+            .find_map(|p| p.needs_approval(source, name, id))
     }
 
     /// Replace the effective policy. Keeps `counterScope`.
