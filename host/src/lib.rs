@@ -72,7 +72,10 @@ pub use client_tools::{
     MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_NAME_BYTES, MAX_TOOL_RESULTS,
     MAX_TOOL_RESULT_ERROR_BYTES,
 };
-pub use config::{Config, Fuel, HostLimits, HttpLimits, Limits, DEFAULT_FUEL, MAX_SUSPENDED_RUNS};
+pub use config::{
+    Config, Fuel, HostLimits, HttpLimits, Limits, ToolSearchConfig, ToolSearchMode, DEFAULT_FUEL,
+    MAX_SUSPENDED_RUNS,
+};
 pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};

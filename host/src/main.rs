@@ -122,6 +122,7 @@ struct RunArgs {
 enum ServeModeArg {
     Code,
     Tools,
+    Directory,
 }
 
 #[derive(Args)]
@@ -129,10 +130,18 @@ struct ServeArgs {
     /// Serve streamable HTTP on this address (e.g. 127.0.0.1:8765).
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
-    /// Which tools to offer: `code` (exec and wait) or `tools`
-    /// (tool_search, tool_describe and tool_call, no cells).
-    #[arg(long, value_enum, default_value_t = ServeModeArg::Code)]
-    mode: ServeModeArg,
+    /// Which tools to offer: `code` (exec and wait), `tools`
+    /// (tool_search, tool_describe and tool_call, no cells) or `directory`
+    /// (`tools` plus a directory of host tools in the server's
+    /// instructions). Default: `[tool_search] mode` when Tool Search is
+    /// active in the config, else `code`.
+    #[arg(long, value_enum)]
+    mode: Option<ServeModeArg>,
+    /// The lean profile for local-inference models (tool-search.md §2.1):
+    /// for what the config leaves unset, mode `tools` and Tool Search
+    /// limits 5/10.
+    #[arg(long)]
+    lean: bool,
     /// With --http: every request must carry `Authorization: Bearer
     /// <token>` with the token in this file (default: `[http]
     /// auth_token_file`, else the QUICKCELL_AUTH_TOKEN variable). Required
@@ -281,6 +290,31 @@ async fn runtime_from(
     registry: ToolRegistry,
     state: Option<&StateArgs>,
 ) -> Result<Runtime, ExitCode> {
+    runtime_with_limits(config, registry, state, None).await
+}
+
+/// [`runtime_from`] for `serve`, with Tool Search's limits.
+async fn runtime_with_search(
+    config: Config,
+    registry: ToolRegistry,
+    state: &StateArgs,
+    tool_search: &quickcell::ToolSearchConfig,
+) -> Result<Runtime, ExitCode> {
+    runtime_with_limits(
+        config,
+        registry,
+        Some(state),
+        Some(tool_search.search_limits()),
+    )
+    .await
+}
+
+async fn runtime_with_limits(
+    config: Config,
+    registry: ToolRegistry,
+    state: Option<&StateArgs>,
+    search_limits: Option<quickcell::catalog::SearchLimits>,
+) -> Result<Runtime, ExitCode> {
     let mut builder = Runtime::builder()
         .limits(config.limits)
         .host_limits(config.host)
@@ -289,6 +323,9 @@ async fn runtime_from(
         .policy(config.policy);
     if let Some(state) = state {
         builder = builder.state_dir(&state.state_dir);
+    }
+    if let Some(limits) = search_limits {
+        builder = builder.tool_search_limits(limits);
     }
     builder.build().await.map_err(|e| {
         eprintln!("quickcell: {}", e.chain_message());
@@ -524,13 +561,22 @@ async fn serve(args: ServeArgs) -> ExitCode {
     if let Some(refusal) = args.http.and_then(|addr| options.refusal(addr)) {
         return usage_error(refusal);
     }
-    let runtime = match runtime_from(config, registry, Some(&args.state)).await {
+    let mut tool_search = config.tool_search.clone();
+    tool_search.lean |= args.lean;
+    let mode = match (args.mode, tool_search.active()) {
+        (Some(ServeModeArg::Code), _) => ServeMode::Code,
+        (Some(ServeModeArg::Tools), _) => ServeMode::Tools,
+        (Some(ServeModeArg::Directory), _) => ServeMode::Directory,
+        (None, false) => ServeMode::Code,
+        (None, true) => match tool_search.mode() {
+            quickcell::ToolSearchMode::Tools => ServeMode::Tools,
+            quickcell::ToolSearchMode::Directory => ServeMode::Directory,
+            _ => ServeMode::Code,
+        },
+    };
+    let runtime = match runtime_with_search(config, registry, &args.state, &tool_search).await {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
-    };
-    let mode = match args.mode {
-        ServeModeArg::Code => ServeMode::Code,
-        ServeModeArg::Tools => ServeMode::Tools,
     };
     let served = match args.http {
         Some(addr) => runtime.serve_mcp_http(addr, mode, options).await,

@@ -199,7 +199,7 @@ impl ToolRegistry {
     /// [`ToolRegistry::catalog`] with only the tools `policy` lets cells
     /// see (indexed once, after the policy).
     pub fn catalog_under(&self, policy: quickcell_catalog::Policy) -> Catalog {
-        self.catalog_within(policy, None)
+        self.catalog_within(policy, None, None)
     }
 
     /// [`ToolRegistry::catalog_under`] with a further policy every tool
@@ -208,8 +208,12 @@ impl ToolRegistry {
         &self,
         policy: quickcell_catalog::Policy,
         narrowing: Option<quickcell_catalog::Policy>,
+        limits: Option<quickcell_catalog::SearchLimits>,
     ) -> Catalog {
         let mut builder = Catalog::builder().policy(policy);
+        if let Some(limits) = limits {
+            builder = builder.limits(limits);
+        }
         if let Some(narrowing) = narrowing {
             builder = builder.narrowed_by(narrowing);
         }

@@ -48,6 +48,7 @@ pub struct RuntimeBuilder {
     state_store: Option<Arc<dyn StateStore>>,
     policy: Policy,
     approver: Option<Arc<dyn Approver>>,
+    tool_search_limits: Option<quickcell_catalog::SearchLimits>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -61,6 +62,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("state_store", &self.state_store.as_ref().map(|_| ".."))
             .field("policy", &self.policy)
             .field("approver", &self.approver.as_ref().map(|_| ".."))
+            .field("tool_search_limits", &self.tool_search_limits)
             .finish()
     }
 }
@@ -107,6 +109,14 @@ impl RuntimeBuilder {
     /// counts as a decline; the cell's clock is paused while it waits.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// Uses these search limits for Tool Search (`tool_search`, default
+    /// 8/20; tool-search.md §2.1). Cells' `catalog.search` has its own,
+    /// [`Limits::search_default_limit`] and [`Limits::max_search_limit`].
+    pub fn tool_search_limits(mut self, limits: quickcell_catalog::SearchLimits) -> Self {
+        self.tool_search_limits = Some(limits);
         self
     }
 
@@ -182,7 +192,9 @@ impl RuntimeBuilder {
             }
         }
         let policy = std::mem::take(&mut self.policy);
-        let catalog = self.tools.catalog_under(policy.clone());
+        let catalog = self
+            .tools
+            .catalog_within(policy.clone(), None, self.tool_search_limits);
         let cell_tools = Arc::new(CellTools::new(
             catalog,
             &self.tools,

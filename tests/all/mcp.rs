@@ -257,3 +257,76 @@ fn http_parks_and_waits_within_a_session_and_rejects_malformed_requests() {
     assert_eq!(out[2]["messages"][0]["error"]["code"], -32700);
     assert!(out[3]["messages"][0]["error"].is_object(), "{}", out[3]);
 }
+
+/// `serve --mode directory`: the Tool Search tools, and the bounded
+/// directory of host tools in the server's instructions.
+#[test]
+fn directory_mode_puts_the_directory_in_the_instructions() {
+    let state = scratch_state();
+    let out = run(
+        json!([{"op": "info"}, {"op": "list_tools"}]),
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--mode",
+            "directory",
+            "--workspace",
+            env!("CARGO_MANIFEST_DIR"),
+            "--state-dir",
+            &state,
+        ],
+    );
+    let instructions = out[0]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.starts_with("Use tool_search to find tools"),
+        "{instructions}"
+    );
+    assert!(
+        instructions.contains("\n\nAvailable deferred-schema tools:\n- find (core): "),
+        "{instructions}"
+    );
+    let names: Vec<&str> = out[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["tool_search", "tool_describe", "tool_call"]);
+}
+
+/// `[tool_search] lean = true` with no `--mode`: Tool Search (mode
+/// `tools`) with the lean limits, at most 10 hits however many are asked.
+#[test]
+fn the_lean_profile_selects_tools_mode_and_its_limits() {
+    let dir = std::env::temp_dir().join(format!("quickcell-lean-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut config = String::from("[tool_search]\nlean = true\n");
+    for i in 0..20 {
+        config.push_str(&format!(
+            "[[tools]]\nname = \"report_{i}\"\ndescription = \"Make report number {i}\"\ninput_schema = {{ type = \"object\" }}\ncommand = [\"true\"]\n"
+        ));
+    }
+    std::fs::write(dir.join("config.toml"), config).unwrap();
+    let out = run(
+        json!([
+            {"op": "list_tools"},
+            {"op": "call_tool", "name": "tool_search", "args": {"query": "report", "limit": 50}},
+            {"op": "call_tool", "name": "tool_search", "args": {"query": "report"}},
+        ]),
+        &[
+            "--stdio",
+            env!("CARGO_BIN_EXE_quickcell"),
+            "serve",
+            "--config",
+            dir.join("config.toml").to_str().unwrap(),
+            "--state-dir",
+            dir.join("state").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out[0]["tools"][0]["name"], "tool_search", "{}", out[0]);
+    let hits = |step: &Value| result(step)["results"][0]["hits"].as_array().unwrap().len();
+    assert_eq!(hits(&out[1]), 10);
+    assert_eq!(hits(&out[2]), 5);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -85,7 +85,7 @@ impl ToolsForCells {
                 spec.clone(),
             )));
         }
-        let catalog = registry.catalog_within(self.policy.clone(), policy.cloned());
+        let catalog = registry.catalog_within(self.policy.clone(), policy.cloned(), None);
         let mut tools = CellTools::new(catalog, &registry, self.search_limits);
         tools.declared_client_tools = declared.to_vec();
         Arc::new(tools)

@@ -64,6 +64,10 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             }
             None => quickcell_catalog::Policy::default(),
         },
+        tool_search: raw
+            .tool_search
+            .map(RawToolSearch::config)
+            .unwrap_or_default(),
     })
 }
 
@@ -78,6 +82,48 @@ struct RawConfig {
     workspace: Option<RawWorkspace>,
     mcp: Option<RawMcp>,
     policy: Option<Spanned<RawPolicy>>,
+    tool_search: Option<RawToolSearch>,
+}
+
+/// `[tool_search]` (tool-search.md §2.1).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawToolSearch {
+    enabled: Option<bool>,
+    mode: Option<RawToolSearchMode>,
+    search_default_limit: Option<Setting>,
+    max_search_limit: Option<Setting>,
+    lean: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawToolSearchMode {
+    Code,
+    Tools,
+    Directory,
+}
+
+impl RawToolSearch {
+    fn config(self) -> super::ToolSearchConfig {
+        use super::ToolSearchMode as Mode;
+        // A non-positive or non-integer limit falls back to the default,
+        // as if unset (but still activates Tool Search).
+        let limit = |s: Option<Setting>| s.map(|s| s.value()).filter(|&n| n > 0);
+        let given = |s: &Option<Setting>| s.is_some();
+        let any_limit = given(&self.search_default_limit) || given(&self.max_search_limit);
+        super::ToolSearchConfig {
+            enabled: self.enabled.or(any_limit.then_some(true)),
+            mode: self.mode.map(|m| match m {
+                RawToolSearchMode::Code => Mode::Code,
+                RawToolSearchMode::Tools => Mode::Tools,
+                RawToolSearchMode::Directory => Mode::Directory,
+            }),
+            search_default_limit: limit(self.search_default_limit),
+            max_search_limit: limit(self.max_search_limit),
+            lean: self.lean.unwrap_or(false),
+        }
+    }
 }
 
 /// `[policy]`: glob lists of tool names (`<server>.<tool>` for MCP tools).
@@ -730,7 +776,7 @@ mod tests {
         let tool =
             "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
         for (text, want) in [
-            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy"),
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
             ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
@@ -856,5 +902,58 @@ max_await_results_ms = 0
         )
         .unwrap();
         assert_eq!(config.host.max_await_results_ms(), 600_000);
+    }
+
+    #[test]
+    fn approval_timeout_ms_is_read_and_clamped() {
+        let timeout = |text: &str| super::parse(text).unwrap().host.approval_timeout_ms();
+        assert_eq!(timeout("[host]\napproval_timeout_ms = 2500\n"), 2_500);
+        assert_eq!(timeout("[host]\napproval_timeout_ms = 5\n"), 100);
+        assert_eq!(timeout("[host]\napproval_timeout_ms = 0\n"), 300_000);
+        assert_eq!(timeout(""), 300_000);
+    }
+
+    #[test]
+    fn tool_search_activation_mode_and_limits() {
+        use crate::config::ToolSearchMode as Mode;
+        let ts = |text: &str| super::parse(text).unwrap().tool_search;
+        let limits = |t: &crate::ToolSearchConfig| {
+            let l = t.search_limits();
+            (l.default_limit, l.max_limit)
+        };
+        // Absent: inactive, code, 8/20.
+        let t = ts("");
+        assert_eq!(
+            (t.active(), t.mode(), limits(&t)),
+            (false, Mode::Code, (8, 20))
+        );
+        // Any key activates it; an explicit `enabled` wins.
+        let t = ts("[tool_search]\nmode = \"directory\"\n");
+        assert_eq!((t.active(), t.mode()), (true, Mode::Directory));
+        let t = ts("[tool_search]\nsearch_default_limit = 3\n");
+        assert_eq!(
+            (t.active(), t.mode(), limits(&t)),
+            (true, Mode::Code, (3, 20))
+        );
+        let t = ts("[tool_search]\nenabled = false\nmode = \"tools\"\n");
+        assert!(!t.active());
+        // The lean profile fills what is unset; explicit values win.
+        let t = ts("[tool_search]\nlean = true\n");
+        assert_eq!(
+            (t.active(), t.mode(), limits(&t)),
+            (true, Mode::Tools, (5, 10))
+        );
+        let t = ts("[tool_search]\nlean = true\nmode = \"directory\"\nmax_search_limit = 30\n");
+        assert_eq!((t.mode(), limits(&t)), (Mode::Directory, (5, 30)));
+        // Clamped, or the default for non-positive values.
+        let t = ts("[tool_search]\nmax_search_limit = 99\nsearch_default_limit = 70\n");
+        assert_eq!(limits(&t), (50, 50));
+        let t = ts("[tool_search]\nmax_search_limit = 0\nsearch_default_limit = -4\n");
+        assert_eq!((t.active(), limits(&t)), (true, (8, 20)));
+        // A bad mode names the key.
+        let e = super::parse("[tool_search]\nmode = \"fast\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("fast"), "{e}");
     }
 }

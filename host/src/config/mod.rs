@@ -468,6 +468,87 @@ pub struct Config {
     /// `[policy]`: which tools cells may see and call, and which calls need
     /// an approval ([`crate::RuntimeBuilder::policy`]).
     pub policy: quickcell_catalog::Policy,
+    /// `[tool_search]`: whether `quickcell serve` offers Tool Search
+    /// instead of Code Mode, in which mode, and its search limits
+    /// (tool-search.md §2.1).
+    pub tool_search: ToolSearchConfig,
+}
+
+/// Which surface `quickcell serve` offers when Tool Search is active
+/// (tool-search.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ToolSearchMode {
+    /// Code Mode: `exec` and `wait` (quickcell's code tool).
+    #[default]
+    Code,
+    /// `tool_search`, `tool_describe` and `tool_call`.
+    Tools,
+    /// `tools`, plus the bounded directory of trusted host tools in the
+    /// server's instructions.
+    Directory,
+}
+
+/// The `[tool_search]` table (tool-search.md §2.1). Activation: `enabled`
+/// when given; otherwise Tool Search is active when any other key is set.
+/// `lean = true` selects the lean profile for local-inference models —
+/// mode `tools`, search limits 5/10 — for the keys left unset; an explicit
+/// value always wins. Limits follow the catalog's rule: non-positive or
+/// non-integer values fall back to the default, integers are clamped
+/// (`max_search_limit` to 1–50, the default to 1–max).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolSearchConfig {
+    /// `enabled`, when given.
+    pub enabled: Option<bool>,
+    /// `mode`, when given.
+    pub mode: Option<ToolSearchMode>,
+    /// `search_default_limit`, when given (a positive integer).
+    pub search_default_limit: Option<u64>,
+    /// `max_search_limit`, when given (a positive integer).
+    pub max_search_limit: Option<u64>,
+    /// `lean`: the lean profile's defaults.
+    pub lean: bool,
+}
+
+impl ToolSearchConfig {
+    /// Whether Tool Search is active: `enabled` when given, else whether
+    /// any other key is set.
+    pub fn active(&self) -> bool {
+        self.enabled.unwrap_or(
+            self.mode.is_some()
+                || self.search_default_limit.is_some()
+                || self.max_search_limit.is_some()
+                || self.lean,
+        )
+    }
+
+    /// The mode: `mode` when given, else `tools` in the lean profile, else
+    /// `code`.
+    pub fn mode(&self) -> ToolSearchMode {
+        self.mode.unwrap_or(if self.lean {
+            ToolSearchMode::Tools
+        } else {
+            ToolSearchMode::Code
+        })
+    }
+
+    /// Tool Search's search limits: the given values over the defaults
+    /// (8/20, or the lean 5/10).
+    pub fn search_limits(&self) -> quickcell_catalog::SearchLimits {
+        let defaults = if self.lean {
+            quickcell_catalog::SearchLimits::LEAN
+        } else {
+            quickcell_catalog::SearchLimits::TOOL_SEARCH
+        };
+        quickcell_catalog::SearchLimits::from_config(
+            self.search_default_limit
+                .map(serde_json::Value::from)
+                .as_ref(),
+            self.max_search_limit.map(serde_json::Value::from).as_ref(),
+            defaults,
+        )
+    }
 }
 
 impl Config {

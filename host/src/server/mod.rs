@@ -176,6 +176,8 @@ pub(crate) trait CellService: Send + Sync + 'static {
     async fn close_session(&self, session: &str);
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
+    /// The bounded directory of trusted host tools (tool-search.md §11).
+    fn directory(&self) -> String;
     /// Runs a structured Tool Search operation (`--mode tools`).
     async fn catalog_operation(
         &self,
@@ -193,6 +195,9 @@ pub enum ServeMode {
     /// Structured Tool Search: `tool_search`, `tool_describe` and
     /// `tool_call` over the same catalog, no cells.
     Tools,
+    /// [`ServeMode::Tools`], plus the bounded directory of trusted host
+    /// tools (tool-search.md §11) in the server's `instructions`.
+    Directory,
 }
 
 /// The structured Tool Search operations of [`ServeMode::Tools`].
@@ -219,9 +224,14 @@ const TOOL_CALL_DESCRIPTION: &str = "Call one tool: pass the `id` from tool_sear
 tool's `arguments` object. Trusted tools validate the arguments first; the result is the \
 tool's value.";
 
-/// The server's `instructions`, sent with `initialize` and `server/discover`.
+/// The server's `instructions` in Code Mode, sent with `initialize` and
+/// `server/discover`.
 const INSTRUCTIONS: &str =
     "Use exec to run JavaScript that calls tools, and wait to resume a parked cell by its runId.";
+
+/// The server's `instructions` in the Tool Search modes (the directory
+/// follows in `directory` mode).
+const TOOL_SEARCH_INSTRUCTIONS: &str = "Use tool_search to find tools, tool_describe for a tool's full input schema, and tool_call to call one by its id.";
 
 /// The `wait` tool's description.
 const WAIT_DESCRIPTION: &str = "Resumes a parked cell. When exec (or an earlier wait) returns \
@@ -351,7 +361,7 @@ impl Operation {
     fn offered(mode: ServeMode) -> &'static [Operation] {
         match mode {
             ServeMode::Code => &[Self::Exec, Self::Wait],
-            ServeMode::Tools => &[
+            ServeMode::Tools | ServeMode::Directory => &[
                 Self::Catalog(CatalogOperation::Search),
                 Self::Catalog(CatalogOperation::Describe),
                 Self::Catalog(CatalogOperation::Call),
@@ -523,9 +533,18 @@ impl<S: CellService> ServerHandler for McpServer<S> {
     }
 
     fn get_info(&self) -> ServerConfig {
+        let instructions = match self.mode {
+            ServeMode::Code => INSTRUCTIONS.to_string(),
+            ServeMode::Tools => TOOL_SEARCH_INSTRUCTIONS.to_string(),
+            // Byte-identical while the catalog and policy are unchanged:
+            // it sits in the client's cache-stable prompt prefix.
+            ServeMode::Directory => {
+                format!("{TOOL_SEARCH_INSTRUCTIONS}\n\n{}", self.service.directory())
+            }
+        };
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("quickcell", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(instructions)
     }
 
     async fn initialize(
@@ -718,6 +737,10 @@ impl CellService for Runtime {
 
     fn exec_description(&self) -> String {
         Runtime::exec_description(self)
+    }
+
+    fn directory(&self) -> String {
+        self.catalog().directory()
     }
 
     async fn catalog_operation(
