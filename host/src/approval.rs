@@ -12,11 +12,13 @@
 //!   ([`crate::HostLimits::approval_timeout_ms`], default 5 min) counts as
 //!   a decline.
 //! - While a call waits for its decision the cell's clock is paused (the
-//!   time is added back to its deadline) and the cell does not park for it
-//!   (see [`ApprovalClock`]).
+//!   time the cell is blocked on it is added back to its deadline, up to
+//!   [`crate::HostLimits::max_await_results_ms`] per call) and the cell does
+//!   not park for it (see [`ApprovalClock`]).
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Most bytes of the arguments preview an approver is shown (compact JSON,
 /// cut at a character boundary and marked with `…`).
@@ -73,56 +75,27 @@ pub(crate) fn preview(arguments: &serde_json::Value) -> String {
     format!("{}…", &text[..end])
 }
 
-/// How long a cell's calls have waited for decisions, so the cell's clock
-/// can be paused meanwhile: the time during which at least one call of the
-/// cell waited counts once.
+/// Whether any call of a cell waits for a decision, so the cell's driver
+/// can pause its clock (it waits without a park deadline and gives the
+/// time it was blocked back to the cell; see `cell/drive.rs`).
 #[derive(Default)]
 pub(crate) struct ApprovalClock {
-    state: Mutex<ClockState>,
+    waiting: AtomicUsize,
     /// Woken whenever a wait starts or ends.
     pub changed: tokio::sync::Notify,
 }
 
-#[derive(Default)]
-struct ClockState {
-    waiting: usize,
-    since: Option<Instant>,
-    banked: Duration,
-}
-
 impl ApprovalClock {
-    fn state(&self) -> std::sync::MutexGuard<'_, ClockState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Marks a call as waiting until the guard is dropped.
     pub(crate) fn waiting(self: &Arc<Self>) -> WaitingGuard {
-        let mut state = self.state();
-        if state.waiting == 0 {
-            state.since = Some(Instant::now());
-        }
-        state.waiting += 1;
-        drop(state);
+        self.waiting.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_waiters();
         WaitingGuard(self.clone())
     }
 
     /// Whether a call waits for a decision now.
     pub(crate) fn is_waiting(&self) -> bool {
-        self.state().waiting > 0
-    }
-
-    /// The waiting time not taken yet (the time so far, when a call waits
-    /// now).
-    pub(crate) fn take_paused(&self) -> Duration {
-        let mut state = self.state();
-        let mut paused = std::mem::take(&mut state.banked);
-        if let Some(since) = state.since.as_mut() {
-            let now = Instant::now();
-            paused += now - *since;
-            *since = now;
-        }
-        paused
+        self.waiting.load(Ordering::Acquire) > 0
     }
 }
 
@@ -131,14 +104,7 @@ pub(crate) struct WaitingGuard(Arc<ApprovalClock>);
 
 impl Drop for WaitingGuard {
     fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.waiting = state.waiting.saturating_sub(1);
-        if state.waiting == 0 {
-            if let Some(since) = state.since.take() {
-                state.banked += since.elapsed();
-            }
-        }
-        drop(state);
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
         self.0.changed.notify_waiters();
     }
 }
@@ -195,24 +161,23 @@ mod tests {
         );
     }
 
-    #[test]
-    fn overlapping_waits_count_once_and_are_taken_once() {
+    #[tokio::test]
+    async fn waiting_is_seen_and_its_changes_wake_the_driver() {
         let clock = Arc::new(ApprovalClock::default());
-        let started = Instant::now();
+        let changed = clock.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         let first = clock.waiting();
-        std::thread::sleep(Duration::from_millis(20));
         let second = clock.waiting();
         assert!(clock.is_waiting());
+        // Registered before the wait began: woken.
+        tokio::time::timeout(Duration::from_secs(5), changed)
+            .await
+            .unwrap();
         drop(first);
+        assert!(clock.is_waiting());
         drop(second);
-        let elapsed = started.elapsed();
         assert!(!clock.is_waiting());
-        let paused = clock.take_paused();
-        assert!(
-            paused >= Duration::from_millis(20) && paused <= elapsed,
-            "{paused:?}"
-        );
-        assert_eq!(clock.take_paused(), Duration::ZERO);
     }
 }
 

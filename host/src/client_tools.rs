@@ -24,6 +24,15 @@ pub const MAX_CLIENT_TOOL_DESCRIPTION_BYTES: usize = 4 * 1024;
 /// (their schemas, mostly).
 pub const MAX_CLIENT_TOOLS_BYTES: usize = 256 * 1024;
 
+/// Most bytes of one client tool call's arguments (compact JSON): they are
+/// handed to the caller in the `waiting` result. A larger call rejects with
+/// `invalid_input`.
+pub const MAX_CLIENT_TOOL_INPUT_BYTES: usize = 64 * 1024;
+
+/// Most bytes of the arguments of all client tool calls a cell has waiting
+/// for answers at once; a call past it rejects with `invalid_input`.
+pub const MAX_PENDING_CLIENT_INPUT_BYTES: usize = 1024 * 1024;
+
 /// Most entries of one `wait`'s `toolResults`.
 pub const MAX_TOOL_RESULTS: usize = 256;
 
@@ -194,9 +203,10 @@ impl ClientToolResult {
     /// The bridge request id this answers, if the id has the client call
     /// form.
     pub(crate) fn request_id(&self) -> Option<u64> {
-        self.id
-            .strip_prefix(CLIENT_CALL_ID_PREFIX)
-            .and_then(|n| n.parse().ok())
+        // Only the canonical form (`…:05` or `…:+5` would name the same
+        // call under another string, slipping past the repeated-id check).
+        let n: u64 = self.id.strip_prefix(CLIENT_CALL_ID_PREFIX)?.parse().ok()?;
+        (self.id.len() == CLIENT_CALL_ID_PREFIX.len() + n.to_string().len()).then_some(n)
     }
 }
 
@@ -366,6 +376,16 @@ mod tests {
         .unwrap();
         assert_eq!(ok[0].outcome, Ok(Value::Null));
         assert_eq!(ok[0].request_id(), Some(3));
+        for other_form in [
+            "bridge:clientTool:03",
+            "bridge:clientTool:+3",
+            "bridge:clientTool: 3",
+        ] {
+            assert_eq!(
+                ClientToolResult::value(other_form, Value::Null).request_id(),
+                None
+            );
+        }
         assert_eq!(ok[1].outcome, Err("no".into()));
         for (input, error) in [
             (

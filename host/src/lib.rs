@@ -69,8 +69,8 @@ pub mod tools;
 pub use approval::{Approval, ApprovalRequest, Approver, MAX_APPROVAL_PREVIEW_BYTES};
 pub use client_tools::{
     ClientToolResult, ClientToolSpec, MAX_CLIENT_TOOLS, MAX_CLIENT_TOOLS_BYTES,
-    MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_NAME_BYTES, MAX_TOOL_RESULTS,
-    MAX_TOOL_RESULT_ERROR_BYTES,
+    MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_INPUT_BYTES, MAX_CLIENT_TOOL_NAME_BYTES,
+    MAX_PENDING_CLIENT_INPUT_BYTES, MAX_TOOL_RESULTS, MAX_TOOL_RESULT_ERROR_BYTES,
 };
 pub use config::{
     Config, Fuel, HostLimits, HttpLimits, Limits, ToolSearchConfig, ToolSearchMode, DEFAULT_FUEL,

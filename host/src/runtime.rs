@@ -204,6 +204,7 @@ impl RuntimeBuilder {
             registry: self.tools.clone(),
             policy,
             search_limits: self.limits.guest_search_limits(),
+            cache: Default::default(),
         };
         Ok(Runtime {
             shared,
@@ -239,6 +240,10 @@ fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
         dir.display()
     )))
 }
+
+/// How long [`Runtime::close_session`] waits for the session's cancelled
+/// cells to end before it releases what the session holds.
+const CLOSE_SESSION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What [`Runtime::close_session`] released.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -434,7 +439,11 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// tool calls in this process get their cancel signal), and deletes its
     /// session values and the saved results of `owner.agent_run`. A later
     /// `wait` of one of its runs gets the unknown-run error. Closing a
-    /// session that holds nothing does nothing.
+    /// session that holds nothing does nothing. Runs and values are found
+    /// by session, saved results by agent run (an MCP session is both).
+    ///
+    /// Waits (up to 5 s) for the cancelled cells to end first, so none of
+    /// them parks, commits or saves after the release.
     ///
     /// # Errors
     ///
@@ -442,6 +451,17 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// are cancelled regardless.
     pub async fn close_session(&self, owner: &Owner) -> Result<SessionClosed, Error> {
         let cancelled_cells = self.runs.cancel_session(&owner.session);
+        // Cancelled cells end at their next fuel slice or at once; waiting
+        // for them means none parks, commits or saves after the release
+        // below. A cell stuck past this bound (a state store that hangs)
+        // is released all the same.
+        if !self
+            .runs
+            .session_idle(&owner.session, CLOSE_SESSION_GRACE)
+            .await
+        {
+            tracing::warn!(session = %owner.session, "cells of a closed session still run");
+        }
         let store_error = |e: crate::store::StoreError| {
             Error::state_store("cannot release a closed session", e.into())
         };

@@ -284,3 +284,52 @@ fn serve_asks_the_mcp_client_with_elicitation() {
     assert_eq!(runs(&dir), 1);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A cell cancelled while its call waits for a decision withdraws it: a
+/// late approval never runs the tool.
+#[tokio::test]
+async fn a_cancelled_cell_never_runs_a_late_approved_call() {
+    let dir = scratch();
+    let late = Scripted::new(Some(Approval::Approve), Duration::from_millis(800));
+    let rt = Arc::new(guarded(&dir, Limits::default(), HostLimits::default(), late.clone()).await);
+    let token = quickcell::CancellationToken::new();
+    let call = tokio::spawn({
+        let (rt, token) = (rt.clone(), token.clone());
+        async move {
+            rt.exec(ExecInput::new("nap", CALL).with_cancel(token))
+                .await
+        }
+    });
+    while late.asked.lock().unwrap().is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    token.cancel();
+    let r = call.await.unwrap();
+    assert_eq!(crate::failed(&r).code, quickcell::ErrorCode::Aborted);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(runs(&dir), 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The paused clock is bounded: past `max_await_results_ms` of waiting for
+/// decisions in one call, the clock runs again and the cell parks; the
+/// approved call's result is delivered by the `wait`.
+#[tokio::test]
+async fn approval_waits_pause_the_clock_only_up_to_the_bound() {
+    let dir = scratch();
+    let slow = Scripted::new(Some(Approval::Approve), Duration::from_millis(2_500));
+    let rt = guarded(
+        &dir,
+        Limits::default().with_timeout_ms(400),
+        HostLimits::default().with_max_await_results_ms(300),
+        slow,
+    )
+    .await;
+    let r = rt.exec(ExecInput::new("nap", CALL)).await;
+    let id = crate::waiting(&r).run_id.clone();
+    // Resumed after the approval and the tool: the value arrives.
+    tokio::time::sleep(Duration::from_millis(2_800)).await;
+    let r = rt.wait(quickcell::WaitInput::new(id)).await;
+    assert_eq!(value(&r), json!({"napped": {"x": 1}}));
+    std::fs::remove_dir_all(&dir).ok();
+}

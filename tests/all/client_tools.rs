@@ -227,6 +227,36 @@ async fn a_client_tool_shadows_a_host_tool_and_is_never_replay_safe() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A client tool call's arguments are handed to the caller, so they are
+/// capped: 64 KiB passes, more rejects that call (catchably) with
+/// `invalid_input`.
+#[tokio::test]
+async fn a_client_tool_calls_arguments_are_capped() {
+    let rt = crate::runtime(Limits::default()).await;
+    let code = |n: usize| {
+        // `{"q":"…"}` is 8 bytes around the text.
+        format!(
+            "try {{ await ask_user({{q: 'x'.repeat({n})}}); return 'parked' }} catch (e) {{ return [e.code, e.message] }}"
+        )
+    };
+    let r = rt
+        .exec(
+            ExecInput::new("big", code(quickcell::MAX_CLIENT_TOOL_INPUT_BYTES - 8))
+                .with_client_tools(vec![ask_user()]),
+        )
+        .await;
+    assert_eq!(waiting(&r).reason, WaitReason::ClientTools);
+    let r = rt
+        .exec(
+            ExecInput::new("bigger", code(quickcell::MAX_CLIENT_TOOL_INPUT_BYTES - 7))
+                .with_client_tools(vec![ask_user()]),
+        )
+        .await;
+    let v = value(&r);
+    assert_eq!(v[0], "invalid_input", "{v}");
+    assert!(v[1].as_str().unwrap().contains("at most 65536"), "{v}");
+}
+
 /// Declarations are checked before anything runs: a bad one is
 /// `invalid_input` naming the entry.
 #[tokio::test]

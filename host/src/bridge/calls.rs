@@ -31,6 +31,11 @@ pub(crate) fn approval_denied(tool: &str, pattern: &str) -> String {
 /// fails the cell with code `aborted`.
 pub(crate) const PERMISSION_CHANGED: &str = "Permission change interrupted this Code Mode program";
 
+/// The settlement of a call cancelled while it waited for its approval
+/// (nobody sees it: its cell has ended).
+const CANCELLED_WHILE_AWAITING_APPROVAL: &str =
+    "the call was cancelled while it waited for an approval";
+
 /// How the cell making a call runs.
 #[derive(Clone, Copy)]
 pub(crate) struct CallContext<'a> {
@@ -137,8 +142,18 @@ pub(crate) fn start(
     let call_token = token.clone();
     let call = async move {
         if let Some((approvals, request)) = approval {
-            if let Err(declined) = approvals.ask(request).await {
+            // A cell that ends (cancelled, aborted, failed) while its call
+            // waits for a decision withdraws the question, and a late
+            // approval never runs the tool.
+            let decided = tokio::select! {
+                decided = approvals.ask(request) => decided,
+                () = call_token.cancelled() => Err(CANCELLED_WHILE_AWAITING_APPROVAL.to_string()),
+            };
+            if let Err(declined) = decided {
                 return err(id, declined, "tool_error");
+            }
+            if call_token.is_cancelled() {
+                return err(id, CANCELLED_WHILE_AWAITING_APPROVAL, "tool_error");
             }
         }
         let name = prepared.display_name.clone();

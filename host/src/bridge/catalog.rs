@@ -58,7 +58,19 @@ pub(crate) struct ToolsForCells {
     pub registry: crate::registry::ToolRegistry,
     pub policy: quickcell_catalog::Policy,
     pub search_limits: SearchLimits,
+    /// The latest cells' tools by what they were built from (SHA-256 of
+    /// the declarations and the caller's policy), newest last: a run's
+    /// every `wait`, and callers that send the same declarations, reuse
+    /// them.
+    pub cache: std::sync::Mutex<std::collections::VecDeque<([u8; 32], Arc<CellTools>)>>,
 }
+
+/// Cells' tools [`ToolsForCells`] keeps.
+const CELL_TOOLS_CACHED: usize = 32;
+
+/// Cells' catalogs built at once, process-wide (each on a blocking thread:
+/// a large catalog takes a while to index).
+const CELL_CATALOG_BUILDS: usize = 2;
 
 impl ToolsForCells {
     /// The tools of a cell that declares `declared` client tools: the
@@ -69,7 +81,10 @@ impl ToolsForCells {
     ///
     /// With `policy` (the caller's), a tool must pass it as well as the
     /// runtime's, and its `approve` patterns apply too.
-    pub(crate) fn for_cell(
+    ///
+    /// Built on a blocking thread, at most [`CELL_CATALOG_BUILDS`] at once
+    /// process-wide, and kept for the next cells with the same inputs.
+    pub(crate) async fn for_cell(
         &self,
         shared: &Arc<CellTools>,
         declared: &[crate::ClientToolSpec],
@@ -78,17 +93,54 @@ impl ToolsForCells {
         if declared.is_empty() && policy.is_none() {
             return shared.clone();
         }
-        let mut registry = self.registry.clone();
-        for spec in declared {
-            // Names were checked with the input; an empty one cannot occur.
-            let _ = registry.add_client(Arc::new(crate::client_tools::DeclaredClientTool(
-                spec.clone(),
-            )));
+        let key: [u8; 32] = {
+            use sha2::Digest as _;
+            let mut hash = sha2::Sha256::new();
+            hash.update(serde_json::to_vec(declared).unwrap_or_default());
+            hash.update(format!("{policy:?}").as_bytes());
+            hash.finalize().into()
+        };
+        let cache = || self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, tools)) = cache().iter().find(|(k, _)| *k == key) {
+            return tools.clone();
         }
-        let catalog = registry.catalog_within(self.policy.clone(), policy.cloned(), None);
-        let mut tools = CellTools::new(catalog, &registry, self.search_limits);
-        tools.declared_client_tools = declared.to_vec();
-        Arc::new(tools)
+        static BUILDS: tokio::sync::Semaphore =
+            tokio::sync::Semaphore::const_new(CELL_CATALOG_BUILDS);
+        let _permit = BUILDS.acquire().await.ok();
+        let (mut registry, runtime_policy, limits) = (
+            self.registry.clone(),
+            self.policy.clone(),
+            self.search_limits,
+        );
+        let (declared, policy) = (declared.to_vec(), policy.cloned());
+        let built = tokio::task::spawn_blocking(move || {
+            for spec in &declared {
+                // Names were checked with the input; an empty one cannot occur.
+                let _ = registry.add_client(Arc::new(crate::client_tools::DeclaredClientTool(
+                    spec.clone(),
+                )));
+            }
+            let catalog = registry.catalog_within(runtime_policy, policy, None);
+            let mut tools = CellTools::new(catalog, &registry, limits);
+            tools.declared_client_tools = declared;
+            Arc::new(tools)
+        })
+        .await;
+        let tools = match built {
+            Ok(tools) => tools,
+            // The build panicked: the runtime's tools, without the
+            // declarations (a call to one is then an unknown function).
+            Err(e) => {
+                tracing::error!(error = %e, "building a cell's catalog failed");
+                return shared.clone();
+            }
+        };
+        let mut cache = cache();
+        if cache.len() >= CELL_TOOLS_CACHED {
+            cache.pop_front();
+        }
+        cache.push_back((key, tools.clone()));
+        tools
     }
 }
 

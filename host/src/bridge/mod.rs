@@ -289,14 +289,6 @@ impl Bridge {
             .is_some_and(|a| a.clock.is_waiting())
     }
 
-    /// The time calls have waited for decisions since the last look (the
-    /// cell's clock is paused for it).
-    pub(crate) fn take_approval_pause(&self) -> std::time::Duration {
-        self.approvals
-            .as_ref()
-            .map_or(std::time::Duration::ZERO, |a| a.clock.take_paused())
-    }
-
     /// The clock whose changes wake the cell's driver while it waits.
     pub(crate) fn approval_clock(&self) -> Option<Arc<crate::approval::ApprovalClock>> {
         self.approvals.as_ref().map(|a| a.clock.clone())
@@ -765,7 +757,31 @@ impl Bridge {
             }
             Start::Work(work) => work,
             Start::Client { tool, input } => {
-                let call = serde_json::to_string(&ClientCall { tool, input }).unwrap_or_default();
+                let input = serde_json::to_string(&input).unwrap_or_default();
+                let call = format!(
+                    r#"{{"tool":{},"input":{input}}}"#,
+                    serde_json::Value::from(tool)
+                );
+                let held: usize = self
+                    .outstanding
+                    .values()
+                    .filter(|o| o.method == CLIENT_TOOL_METHOD)
+                    .map(|o| o.args_json.len())
+                    .sum();
+                use crate::client_tools::{
+                    MAX_CLIENT_TOOL_INPUT_BYTES as ONE, MAX_PENDING_CLIENT_INPUT_BYTES as ALL,
+                };
+                let refusal = if input.len() > ONE {
+                    Some(format!("the arguments of this client tool call are {} bytes of JSON; at most {ONE} are handed to the caller. Pass less data.", input.len()))
+                } else if held.saturating_add(call.len()) > ALL {
+                    Some(format!("this cell's client tool calls waiting for answers would hold more than {ALL} bytes of arguments. Await earlier calls before making more."))
+                } else {
+                    None
+                };
+                if let Some(message) = refusal {
+                    self.ready.push(err(id, message, "invalid_input"));
+                    return true;
+                }
                 if let Some(o) = self.outstanding.get_mut(&id) {
                     o.method = CLIENT_TOOL_METHOD.to_string();
                     o.args_json = Arc::from(call);

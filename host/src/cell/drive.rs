@@ -101,9 +101,7 @@ impl LiveCell {
                     return self.park(env).await;
                 }
             }
-            // Time spent waiting for approvals is given back to the cell
-            // (an `awaitResults` cell's clock is paused anyway).
-            let approval_pause = self.bridge.take_approval_pause();
+
             let batch = if self.await_results {
                 // Waiting on tools pauses the clock of a required cell, up
                 // to the host's bound on such waits in all.
@@ -132,8 +130,6 @@ impl LiveCell {
                 }
                 batch
             } else {
-                let deadline = &mut self.store.data_mut().deadline_ns;
-                *deadline = deadline.saturating_add(approval_pause.as_nanos() as u64);
                 // Woken when a call starts or stops waiting for an approval
                 // (registered before the state is read, so no change is
                 // missed).
@@ -143,24 +139,43 @@ impl LiveCell {
                 if let Some(notified) = changed.as_mut().as_pin_mut() {
                     notified.enable();
                 }
-                let awaiting = self.bridge.awaiting_approval();
+                // While a call waits for its approval the cell's clock is
+                // paused: it waits without a park deadline, and the time it
+                // is blocked so is given back to it — up to the host's
+                // bound on paused waits of one call, after which the clock
+                // runs (and the cell may park) as usual.
+                let bound = Duration::from_millis(env.runs.limits.max_await_results_ms());
+                let awaiting = self.bridge.awaiting_approval() && self.awaited < bound;
                 let park_at = self.park_at(env);
                 if !awaiting && Instant::now() >= park_at {
                     None
                 } else {
-                    // While a call waits for its approval the cell's clock
-                    // is paused: no park deadline.
-                    let until = (!awaiting).then_some(park_at);
+                    let until = if awaiting {
+                        Some(Instant::now() + (bound - self.awaited))
+                    } else {
+                        Some(park_at)
+                    };
                     let approval_changed = async {
                         match changed.as_mut().as_pin_mut() {
                             Some(notified) => notified.await,
                             None => std::future::pending().await,
                         }
                     };
-                    tokio::select! {
+                    let blocked_since = process_nanos();
+                    let batch = tokio::select! {
                         batch = self.bridge.next_batch(until) => batch,
                         () = approval_changed => Some(Vec::new()),
                         () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                    };
+                    if awaiting {
+                        let blocked = process_nanos().saturating_sub(blocked_since);
+                        self.awaited += Duration::from_nanos(blocked);
+                        let deadline = &mut self.store.data_mut().deadline_ns;
+                        *deadline = deadline.saturating_add(blocked);
+                        // The bound ran out while blocked: go on as usual.
+                        batch.or(Some(Vec::new()))
+                    } else {
+                        batch
                     }
                 }
             };

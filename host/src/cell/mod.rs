@@ -149,8 +149,9 @@ struct LiveCell {
     max_output: usize,
     restart_safe: bool,
     await_results: bool,
-    /// Time this call has waited off the VM with `await_results` on
-    /// (bounded by `HostLimits::max_await_results_ms`).
+    /// Time this call has waited off the VM with its clock paused — with
+    /// `await_results` on, or for approval decisions — in all (bounded by
+    /// `HostLimits::max_await_results_ms`).
     awaited: Duration,
     slot: Option<SlotGuard>,
     fuel_start: u64,
@@ -242,7 +243,8 @@ pub(crate) async fn exec(
     }
     let tools = env
         .tools_for_cells
-        .for_cell(env.tools, &input.client_tools, input.policy());
+        .for_cell(env.tools, &input.client_tools, input.policy())
+        .await;
     let is_tool_global = |name: &str| tools.projection.resolve(name).is_some();
     // Large sources are checked a few at a time process-wide: a hostile one
     // may touch a lot of stack while it is parsed (see `source`).
@@ -342,7 +344,6 @@ pub(crate) async fn wait(
         return aborted_before_start((env.telemetry)());
     }
     let run_id = input.run_id.trim();
-    let live = env.runs.take_live(run_id).await;
     let now = unix_ms();
     // A claim outlives this call's deadline by the hard-stop grace, so a
     // `wait` that is still running is never mistaken for an abandoned one.
@@ -354,21 +355,20 @@ pub(crate) async fn wait(
     {
         Ok(Ok(claimed)) => claimed,
         Ok(Err(refused)) => {
-            if let (Some(bridge), false) = (live, refused == ClaimRefused::Unavailable) {
-                env.runs.put_back(run_id, bridge);
-            }
             return input_failure(refusal_message(refused, env.tools), (env.telemetry)());
         }
         Err(e) => {
-            if let Some(bridge) = live {
-                env.runs.put_back(run_id, bridge);
-            }
             return host_failure(
                 format!("InternalError: cannot read the state store: {e:#}"),
                 (env.telemetry)(),
             );
         }
     };
+    // This process's bridge of the run, taken over only once the run is
+    // claimed (a refused `wait` leaves its drainer alone). A drainer that
+    // records a settlement after the claim read them is harmless: the live
+    // bridge holds it too, and the recorded ones are used only without it.
+    let live = env.runs.take_live(run_id).await;
     if input.cancel {
         return abandon(env, run_id, live).await;
     }

@@ -147,6 +147,13 @@ impl LiveCell {
             let error = format!("InternalError: cannot store the parked run: {e:#}");
             return self.end(env, host_fault(error)).await;
         }
+        // Cancelled while it was being stored (its session closing meanwhile
+        // would otherwise miss it): it ends, and `end` removes the run.
+        if self.cancel.is_cancelled() {
+            self.store.data_mut().output = output;
+            self.run_id = Some(run_id);
+            return self.end(env, aborted_ending()).await;
+        }
         let reason = if self.bridge.has_client_calls() {
             WaitReason::ClientTools
         } else if self.bridge.only_yields() {

@@ -48,7 +48,15 @@ pub(super) async fn restore(
     // stays parked as it was.
     if let Err(message) = crate::bridge::check_answers(&host.bridge, &input.tool_results) {
         if let Some(bridge) = live {
-            env.runs.put_back(run_id, bridge);
+            // Back to draining as it was (the store keeps the run's own
+            // expiry; the drainer's is at most one TTL from now).
+            let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
+            env.runs.keep_live(
+                run_id,
+                claimed.generation,
+                unix_ms().saturating_add(ttl_ms),
+                bridge,
+            );
         }
         return Err(input_failure(message, (env.telemetry)()));
     }
@@ -110,7 +118,8 @@ pub(super) async fn restore(
     // and the wait's policy. A live bridge of this process takes them over.
     let tools = env
         .tools_for_cells
-        .for_cell(env.tools, &host.client_tools, input.policy());
+        .for_cell(env.tools, &host.client_tools, input.policy())
+        .await;
     let mut bridge = match live {
         Some(mut bridge) => {
             bridge.set_tools(tools.clone());

@@ -84,6 +84,8 @@ pub(crate) struct RunRegistry {
     running_by_session: Mutex<HashMap<String, usize>>,
     /// Cells of this process in an `exec` or `wait`, per session.
     active_by_session: Mutex<HashMap<String, ActiveSession>>,
+    /// Woken whenever a session's last cell in progress ends.
+    idle: tokio::sync::Notify,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
@@ -123,6 +125,8 @@ impl Drop for ActiveCell {
             entry.count = entry.count.saturating_sub(1);
             if entry.count == 0 {
                 active.remove(&self.session);
+                drop(active);
+                self.registry.idle.notify_waiters();
             }
         }
     }
@@ -159,6 +163,7 @@ impl RunRegistry {
             running: AtomicUsize::new(0),
             running_by_session: Mutex::new(HashMap::new()),
             active_by_session: Mutex::new(HashMap::new()),
+            idle: tokio::sync::Notify::new(),
         }
     }
 
@@ -193,12 +198,30 @@ impl RunRegistry {
     /// ends `aborted` at its next fuel yield or at once if it waits on
     /// tools. Returns how many there were.
     pub(crate) fn cancel_session(&self, session: &str) -> usize {
-        match self.active().get(session) {
+        match self.active().get_mut(session) {
             Some(entry) => {
-                entry.cancel.cancel();
+                // Cells that start after the close get a fresh token.
+                std::mem::take(&mut entry.cancel).cancel();
                 entry.count
             }
             None => 0,
+        }
+    }
+
+    /// Waits until `session` has no cell in progress in this process, or
+    /// `within` has passed; whether it has none.
+    pub(crate) async fn session_idle(&self, session: &str, within: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if !self.active().contains_key(session) {
+                return true;
+            }
+            if tokio::time::timeout_at(until, idle).await.is_err() {
+                return !self.active().contains_key(session);
+            }
         }
     }
 
@@ -329,12 +352,6 @@ impl RunRegistry {
                 task.await.ok().flatten()
             }
         }
-    }
-
-    /// Returns a bridge taken by a `wait` that was refused.
-    pub(crate) fn put_back(&self, run_id: &str, bridge: Bridge) {
-        self.live()
-            .insert(run_id.to_string(), LiveRun::Idle(Box::new(bridge)));
     }
 
     /// Waits until no parked run of this process has a tool call queued or
