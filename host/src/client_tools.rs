@@ -300,6 +300,37 @@ pub(crate) fn check_client_tools(specs: &[ClientToolSpec]) -> Result<(), String>
     parse_client_tools(Some(&value)).map(drop)
 }
 
+/// A declared client tool's place in the catalog and the registry: its
+/// name, description and schema. The bridge never calls it — a call to it
+/// waits for the caller ([`crate::WaitReason::ClientTools`]).
+pub(crate) struct DeclaredClientTool(pub ClientToolSpec);
+
+#[crate::tools::async_trait]
+impl crate::tools::Tool for DeclaredClientTool {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn description(&self) -> &str {
+        &self.0.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.0.input_schema.clone()
+    }
+
+    async fn call(
+        &self,
+        _args: Value,
+        _cancel: crate::tools::CancelSignal,
+    ) -> Result<Value, crate::tools::ToolError> {
+        Err(crate::tools::ToolError::tool(format!(
+            "{} is a client tool: the caller runs it",
+            self.0.name
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,36 +468,5 @@ mod tests {
                 .unwrap_err()
                 .contains("at most 16384")
         );
-    }
-}
-
-/// A declared client tool's place in the catalog and the registry: its
-/// name, description and schema. The bridge never calls it — a call to it
-/// waits for the caller ([`crate::WaitReason::ClientTools`]).
-pub(crate) struct DeclaredClientTool(pub ClientToolSpec);
-
-#[crate::tools::async_trait]
-impl crate::tools::Tool for DeclaredClientTool {
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
-    fn description(&self) -> &str {
-        &self.0.description
-    }
-
-    fn input_schema(&self) -> Value {
-        self.0.input_schema.clone()
-    }
-
-    async fn call(
-        &self,
-        _args: Value,
-        _cancel: crate::tools::CancelSignal,
-    ) -> Result<Value, crate::tools::ToolError> {
-        Err(crate::tools::ToolError::tool(format!(
-            "{} is a client tool: the caller runs it",
-            self.0.name
-        )))
     }
 }

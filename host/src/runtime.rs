@@ -566,6 +566,22 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         }
     }
 
+    /// Who decides approvals for a front end's call of `session`: the
+    /// call's own approver, else the runtime's; `None` when neither exists.
+    #[cfg(feature = "mcp-server")]
+    pub(crate) fn approvals_for(
+        &self,
+        own: Option<Arc<dyn Approver>>,
+        session: &str,
+    ) -> Option<crate::approval::Approvals> {
+        Some(crate::approval::Approvals {
+            approver: own.or_else(|| self.approver.clone())?,
+            timeout: std::time::Duration::from_millis(self.runs.limits.approval_timeout_ms()),
+            clock: Default::default(),
+            session: session.to_string(),
+        })
+    }
+
     /// The catalog, its projection and the tool implementations cells reach.
     #[cfg(feature = "mcp-server")]
     pub(crate) fn cell_tools(&self) -> &CellTools {

@@ -253,6 +253,41 @@ fn serve_asks_the_mcp_client_with_elicitation() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         crate::mcp::run(steps, &refs)
     };
+    // Tool Search's tool_call asks the same way.
+    let tools_mode = |answer: Option<&str>| {
+        let mut args: Vec<String> = Vec::new();
+        if let Some(answer) = answer {
+            args.extend(["--elicit".into(), answer.into()]);
+        }
+        args.extend([
+            "--stdio".into(),
+            env!("CARGO_BIN_EXE_quickcell").into(),
+            "serve".into(),
+            "--mode".into(),
+            "tools".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--state-dir".into(),
+            dir.join("state").display().to_string(),
+        ]);
+        let steps = json!([{"op": "call_tool", "name": "tool_call", "args": {"id": "nap", "arguments": {"x": 2}}}]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::mcp::run(steps, &refs)
+    };
+    let out = tools_mode(Some("accept"));
+    assert_eq!(out[0]["op"], "elicitation", "{out:?}");
+    assert_eq!(crate::mcp::result(&out[1]), &json!({"napped": {"x": 2}}));
+    let out = tools_mode(None);
+    assert!(
+        out[0]["text"][0]
+            .as_str()
+            .unwrap()
+            .contains("has no way to ask for one"),
+        "{out:?}"
+    );
+    assert_eq!(runs(&dir), 1);
+    std::fs::remove_file(dir.join("runs")).unwrap();
+
     let out = serve(Some("accept"));
     assert_eq!(out[0]["op"], "elicitation", "{out:?}");
     let message = out[0]["message"].as_str().unwrap();

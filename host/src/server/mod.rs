@@ -178,11 +178,15 @@ pub(crate) trait CellService: Send + Sync + 'static {
     fn exec_description(&self) -> String;
     /// The bounded directory of trusted host tools (tool-search.md §11).
     fn directory(&self) -> String;
-    /// Runs a structured Tool Search operation (`--mode tools`).
+    /// Runs a structured Tool Search operation (`--mode tools`) for the
+    /// MCP session `session`; `tool_call` honours `call`'s cancel token
+    /// and asks its approver.
     async fn catalog_operation(
         &self,
+        session: &str,
         operation: CatalogOperation,
         args: serde_json::Value,
+        call: CallControl,
     ) -> CatalogReply;
 }
 
@@ -650,7 +654,9 @@ impl<S: CellService> ServerHandler for McpServer<S> {
             match operation {
                 Operation::Exec => tool_result(service.exec(&session, args, control).await),
                 Operation::Wait => tool_result(service.wait(&session, args, control).await),
-                Operation::Catalog(op) => catalog_result(service.catalog_operation(op, args).await),
+                Operation::Catalog(op) => {
+                    catalog_result(service.catalog_operation(&session, op, args, control).await)
+                }
             }
         });
         let joined = task.await;
@@ -745,14 +751,16 @@ impl CellService for Runtime {
 
     async fn catalog_operation(
         &self,
+        session: &str,
         operation: CatalogOperation,
         args: serde_json::Value,
+        call: CallControl,
     ) -> CatalogReply {
         use CatalogOperation as Op;
         match operation {
             Op::Search => self.tool_search(&args),
             Op::Describe => self.tool_describe(&args),
-            Op::Call => self.tool_call(&args).await,
+            Op::Call => self.tool_call(&args, session, call).await,
         }
     }
 }

@@ -82,7 +82,16 @@ impl Runtime {
     /// call, then runs the tool through the same implementations cells
     /// reach. Bounded by the tool's own caps (a command tool's or MCP
     /// server's `timeout_ms`), not by `timeoutMs`: there is no cell to park.
-    pub(crate) async fn tool_call(&self, args: &serde_json::Value) -> CatalogReply {
+    /// A call the policy's `approve` list matches asks the request's
+    /// approver (MCP elicitation), else the runtime's, else is denied; the
+    /// request's cancellation withdraws the question and sends the tool its
+    /// cancel signal.
+    pub(crate) async fn tool_call(
+        &self,
+        args: &serde_json::Value,
+        session: &str,
+        control: super::CallControl,
+    ) -> CatalogReply {
         let tools = &self.cell_tools();
         let prepared = match tools.catalog.tool_call_prepare(args) {
             Ok(p) => p,
@@ -95,10 +104,25 @@ impl Runtime {
             ));
         };
         if let Some(pattern) = tools.approval_pattern(&prepared.id) {
-            return CatalogReply::error(crate::bridge::approval_denied(
-                &prepared.display_name,
-                pattern,
-            ));
+            let Some(approvals) = self.approvals_for(control.approver.clone(), session) else {
+                return CatalogReply::error(crate::bridge::approval_denied(
+                    &prepared.display_name,
+                    pattern,
+                ));
+            };
+            let request = crate::approval::ApprovalRequest {
+                tool: prepared.display_name.clone(),
+                pattern: pattern.to_string(),
+                arguments_preview: crate::approval::preview(&prepared.arguments),
+                session: session.to_string(),
+            };
+            let decided = tokio::select! {
+                decided = approvals.ask(request) => decided,
+                () = control.cancel.cancelled() => Err("the call was cancelled while it waited for an approval".to_string()),
+            };
+            if let Err(declined) = decided {
+                return CatalogReply::error(declined);
+            }
         }
         let untrusted = match prepared.source {
             quickcell_catalog::SourceKind::Host => None,
@@ -106,10 +130,9 @@ impl Runtime {
         };
         // Its own task, so that a panicking tool fails this call alone.
         let arguments = prepared.arguments.clone();
-        let call = tokio::spawn(async move {
-            tool.call(arguments, crate::tools::CancelSignal::new())
-                .await
-        });
+        let cancel = control.cancel.child_token();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let call = tokio::spawn(async move { tool.call(arguments, cancel).await });
         match call.await {
             Ok(Ok(value)) => {
                 match tools
