@@ -417,11 +417,13 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// later `wait` or `cancel` gets the unknown-run error. The owner checks
     /// are `wait`'s. The same as `wait` with [`WaitInput::cancelling`].
     ///
-    /// A cell running in an `exec` or `wait` call is cancelled through that
-    /// call's token ([`ExecInput::with_cancel`], [`WaitInput::with_cancel`])
-    /// or by closing its session ([`Runtime::close_session`]); a `wait`
-    /// that holds the run makes this call return the "already being
-    /// resumed" error.
+    /// A run that a `wait` of this runtime is resuming is cancelled through
+    /// that `wait` (which ends `aborted` and removes the run); this call
+    /// then returns `aborted` too. A `wait` in another process that holds
+    /// the run makes this call return the "already being resumed" error. A
+    /// cell running in an `exec` call is cancelled through that call's
+    /// token ([`ExecInput::with_cancel`]) or by closing its session
+    /// ([`Runtime::close_session`]).
     pub async fn cancel(&self, run_id: &str, owner: &Owner) -> CellResult {
         self.wait(
             WaitInput::new(run_id)

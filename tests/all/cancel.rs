@@ -477,3 +477,37 @@ async fn closing_a_session_cancels_its_cells_and_releases_what_it_holds() {
     assert_eq!(value(&r), json!(2));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `Runtime::cancel` of a run that a `wait` of this runtime is resuming
+/// ends that `wait` (`aborted`, its tool's process gone, the run removed)
+/// and returns `aborted` itself.
+#[tokio::test]
+async fn cancelling_a_run_being_resumed_ends_the_wait() {
+    let (dir, pid_file) = scratch("cancel-resuming");
+    let rt = Arc::new(napping_runtime_with(&pid_file, 60_000).await);
+    let r = rt
+        .exec(ExecInput::new(
+            "park",
+            "await yield_control(); return await pid_nap({})",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let resuming = tokio::spawn({
+        let (rt, id) = (rt.clone(), id.clone());
+        async move { rt.wait(WaitInput::new(id)).await }
+    });
+    let pid = napping_pid(&pid_file).await;
+    let r = rt.cancel(&id, &Owner::default()).await;
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    let r = resuming.await.unwrap();
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    eventually(
+        Duration::from_secs(10),
+        "the tool's process is gone",
+        || !alive(pid),
+    )
+    .await;
+    let r = rt.wait(WaitInput::new(id)).await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+    std::fs::remove_dir_all(&dir).ok();
+}

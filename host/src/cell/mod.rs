@@ -237,6 +237,7 @@ pub(crate) async fn exec(
     let cancel = CancelOn {
         call: input.cancel_token().clone(),
         session,
+        run: Default::default(),
     };
     if cancel.is_cancelled() {
         return aborted_before_start((env.telemetry)());
@@ -336,9 +337,10 @@ pub(crate) async fn wait(
     if let Err(message) = input.validate() {
         return input_failure(message, (env.telemetry)());
     }
-    let cancel = CancelOn {
+    let mut cancel = CancelOn {
         call: input.cancel_token().clone(),
         session,
+        run: Default::default(),
     };
     if cancel.is_cancelled() {
         return aborted_before_start((env.telemetry)());
@@ -354,6 +356,11 @@ pub(crate) async fn wait(
         .await
     {
         Ok(Ok(claimed)) => claimed,
+        // Cancelling a run that a `wait` of this process is resuming ends
+        // that `wait` (aborted, the run removed); this call reports it.
+        Ok(Err(ClaimRefused::Busy)) if input.cancel && env.runs.cancel_resuming(run_id) => {
+            return aborted((env.telemetry)());
+        }
         Ok(Err(refused)) => {
             return input_failure(refusal_message(refused, env.tools), (env.telemetry)());
         }
@@ -372,6 +379,8 @@ pub(crate) async fn wait(
     if input.cancel {
         return abandon(env, run_id, live).await;
     }
+    let resuming = env.runs.resuming(run_id);
+    cancel.run = resuming.token.clone();
     match restore(env, run_id, claimed, live, cancel, input).await {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {

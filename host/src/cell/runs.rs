@@ -86,6 +86,9 @@ pub(crate) struct RunRegistry {
     active_by_session: Mutex<HashMap<String, ActiveSession>>,
     /// Woken whenever a session's last cell in progress ends.
     idle: tokio::sync::Notify,
+    /// Runs a `wait` of this process is resuming, with that call's run
+    /// token ([`RunRegistry::cancel_resuming`]).
+    resuming: Mutex<HashMap<String, CancellationToken>>,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
@@ -99,6 +102,24 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         self.registry.running.fetch_sub(1, Ordering::SeqCst);
         release(&self.registry.running_by_session, &self.session);
+    }
+}
+
+/// A run being resumed by a `wait` of this process.
+pub(crate) struct Resuming {
+    registry: Arc<RunRegistry>,
+    run_id: String,
+    /// Cancels that `wait`.
+    pub token: CancellationToken,
+}
+
+impl Drop for Resuming {
+    fn drop(&mut self) {
+        self.registry
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.run_id);
     }
 }
 
@@ -164,6 +185,7 @@ impl RunRegistry {
             running_by_session: Mutex::new(HashMap::new()),
             active_by_session: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
+            resuming: Mutex::new(HashMap::new()),
         }
     }
 
@@ -222,6 +244,38 @@ impl RunRegistry {
             if tokio::time::timeout_at(until, idle).await.is_err() {
                 return !self.active().contains_key(session);
             }
+        }
+    }
+
+    /// Marks `run_id` as being resumed by this process until the guard is
+    /// dropped; its token cancels that `wait`.
+    pub(crate) fn resuming(self: &Arc<Self>, run_id: &str) -> Resuming {
+        let token = CancellationToken::new();
+        self.resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(run_id.to_string(), token.clone());
+        Resuming {
+            registry: self.clone(),
+            run_id: run_id.to_string(),
+            token,
+        }
+    }
+
+    /// Cancels the `wait` of this process that is resuming `run_id`, if
+    /// any; whether there was one.
+    pub(crate) fn cancel_resuming(&self, run_id: &str) -> bool {
+        match self
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(run_id)
+        {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
         }
     }
 

@@ -92,27 +92,31 @@ impl std::fmt::Display for Cancelled {
 impl std::error::Error for Cancelled {}
 
 /// What cancels a cell: its call's token (the embedder's, or an MCP
-/// request's) and its session's (closing the session cancels every cell
-/// it runs).
+/// request's), its session's (closing the session cancels every cell it
+/// runs) and, while a `wait` resumes it, its run's.
 #[derive(Clone, Default)]
 pub(crate) struct CancelOn {
     /// The call's token.
     pub call: CancellationToken,
     /// The session's token.
     pub session: CancellationToken,
+    /// The run's token while a `wait` resumes it (`Runtime::cancel` of a
+    /// run being resumed in this process).
+    pub run: CancellationToken,
 }
 
 impl CancelOn {
-    /// Whether either token is cancelled.
+    /// Whether any token is cancelled.
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.call.is_cancelled() || self.session.is_cancelled()
+        self.call.is_cancelled() || self.session.is_cancelled() || self.run.is_cancelled()
     }
 
-    /// Completes once either token is cancelled.
+    /// Completes once any token is cancelled.
     pub(crate) async fn cancelled(&self) {
         tokio::select! {
             () = self.call.cancelled() => {}
             () = self.session.cancelled() => {}
+            () = self.run.cancelled() => {}
         }
     }
 }
