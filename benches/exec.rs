@@ -1,7 +1,8 @@
 //! Benchmarks of the foundation: a fresh trivial cell through the library,
 //! the same cell over a catalog of 1,000 tools (what a catalog costs every
-//! cell's start), a generated 1,000-line program, and (reported, not timed)
-//! the fuel they consume.
+//! cell's start), the same cell declaring a client tool (its own catalog,
+//! built or cached), a generated 1,000-line program, and (reported, not
+//! timed) the fuel they consume.
 //!
 //! Run with `cargo bench --bench exec`. The whole-process figure
 //! (`quickcell exec --code 'return 1'` with a warm module cache) is measured
@@ -80,6 +81,26 @@ fn benches(c: &mut Criterion) {
     );
     c.bench_function("exec_trivial_cell_1000_tools", |b| {
         b.iter(|| rt.block_on(cataloged.exec(ExecInput::new("bench", "return 1+1"))))
+    });
+
+    // A cell that declares a client tool over the same catalog: the first
+    // call indexes a catalog for it; later ones with the same declaration
+    // reuse it. Each iteration declares a fresh name (a build) or the
+    // same one (the cache).
+    let declared = |name: &str| {
+        ExecInput::new("bench", "return 1+1").with_client_tools(vec![
+            quickcell::ClientToolSpec::new(name, "Ask the user", json!({"type": "object"})),
+        ])
+    };
+    let mut fresh = 0u64;
+    c.bench_function("exec_client_tool_1000_tools_built", |b| {
+        b.iter(|| {
+            fresh += 1;
+            rt.block_on(cataloged.exec(declared(&format!("ask_{fresh}"))))
+        })
+    });
+    c.bench_function("exec_client_tool_1000_tools_cached", |b| {
+        b.iter(|| rt.block_on(cataloged.exec(declared("ask_user"))))
     });
 
     let program = generated_program(1_000);
