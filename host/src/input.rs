@@ -38,14 +38,9 @@ pub struct ExecInput {
     pub owner: Owner,
     /// Tools the caller runs itself, for this cell (operations.md §3.5).
     pub client_tools: Vec<ClientToolSpec>,
-    /// Cancels the call ([`ExecInput::with_cancel`]).
-    cancel_token: CancellationToken,
-    /// Counts the call's settled tool calls ([`ExecInput::with_progress`]).
-    progress: Option<Progress>,
-    /// Decides the call's approvals ([`ExecInput::with_approver`]).
-    approver: ApproverSlot,
-    /// The caller's policy, within the runtime's ([`ExecInput::with_policy`]).
-    policy: Option<Policy>,
+    /// How the caller controls the call (`with_cancel`, `with_progress`,
+    /// `with_approver`, `with_policy`).
+    controls: CallControls,
 }
 
 impl ExecInput {
@@ -58,10 +53,7 @@ impl ExecInput {
             await_results: false,
             owner: Owner::default(),
             client_tools: Vec::new(),
-            cancel_token: CancellationToken::new(),
-            progress: None,
-            approver: ApproverSlot::default(),
-            policy: None,
+            controls: CallControls::default(),
         }
     }
 
@@ -80,67 +72,6 @@ impl ExecInput {
     pub fn with_owner(mut self, owner: Owner) -> Self {
         self.owner = owner;
         self
-    }
-
-    /// Cancels the call when `token` is cancelled (operations.md §3.1): the
-    /// cell ends with `failed`, code `aborted` (`code mode execution
-    /// aborted`), keeping the output it produced; its tool calls get their
-    /// cancel signal (command tools: the process group is killed), its
-    /// store writes are discarded and its slot is freed. Guest code stops
-    /// within one fuel slice ([`crate::engine::YIELD_FUEL`]); a cell
-    /// waiting on tools stops at once. A token cancelled before the call
-    /// starts aborts it before any guest code runs.
-    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
-        self.cancel_token = token;
-        self
-    }
-
-    /// The call's cancel token.
-    pub(crate) fn cancel_token(&self) -> &CancellationToken {
-        &self.cancel_token
-    }
-
-    /// Reports the call's progress to `progress` (operations.md §3.2):
-    /// each tool call that settles while this call runs counts one, and
-    /// its name becomes the latest.
-    pub fn with_progress(mut self, progress: Progress) -> Self {
-        self.progress = Some(progress);
-        self
-    }
-
-    /// The call's progress handle, if any.
-    pub(crate) fn progress(&self) -> Option<&Progress> {
-        self.progress.as_ref()
-    }
-
-    /// Asks `approver` about this call's tool calls that need an approval
-    /// (operations.md §3.4), instead of the runtime's approver
-    /// ([`crate::RuntimeBuilder::approver`]).
-    pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
-        self.approver = ApproverSlot(Some(approver));
-        self
-    }
-
-    /// The call's own approver, if any.
-    pub(crate) fn approver(&self) -> Option<&std::sync::Arc<dyn Approver>> {
-        self.approver.0.as_ref()
-    }
-
-    /// Limits the tools this call's cell may see and call further, within
-    /// the runtime's policy (operations.md §3.3: a policy per owner, say a
-    /// tenant's): a tool must pass both, and both `approve` lists apply.
-    /// The cell's catalog is then built for it (linear in the catalog).
-    /// Over [`crate::catalog::MAX_POLICY_PATTERNS`] patterns in a list, or
-    /// a pattern over [`crate::catalog::MAX_POLICY_PATTERN_BYTES`], the
-    /// call fails with `invalid_input`.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = Some(policy);
-        self
-    }
-
-    /// The caller's policy, if any.
-    pub(crate) fn policy(&self) -> Option<&Policy> {
-        self.policy.as_ref()
     }
 
     /// Validates raw `exec` arguments (a JSON object as a model or MCP
@@ -175,10 +106,7 @@ impl ExecInput {
             await_results,
             owner: Owner::default(),
             client_tools,
-            cancel_token: CancellationToken::new(),
-            progress: None,
-            approver: ApproverSlot::default(),
-            policy: None,
+            controls: CallControls::default(),
         };
         input.validate()?;
         Ok(input)
@@ -192,7 +120,7 @@ impl ExecInput {
         if self.code.trim().is_empty() {
             return Err("code or command must be a non-empty string.".into());
         }
-        if let Some(policy) = &self.policy {
+        if let Some(policy) = &self.controls.policy {
             policy.check()?;
         }
         check_client_tools(&self.client_tools)
@@ -212,14 +140,9 @@ pub struct WaitInput {
     pub cancel: bool,
     /// Answers to the run's client tool calls (operations.md §3.5).
     pub tool_results: Vec<ClientToolResult>,
-    /// Cancels the call ([`WaitInput::with_cancel`]).
-    cancel_token: CancellationToken,
-    /// Counts the call's settled tool calls ([`WaitInput::with_progress`]).
-    progress: Option<Progress>,
-    /// Decides the call's approvals ([`WaitInput::with_approver`]).
-    approver: ApproverSlot,
-    /// The caller's policy, within the runtime's ([`WaitInput::with_policy`]).
-    policy: Option<Policy>,
+    /// How the caller controls the call (`with_cancel`, `with_progress`,
+    /// `with_approver`, `with_policy`).
+    controls: CallControls,
 }
 
 impl WaitInput {
@@ -230,10 +153,7 @@ impl WaitInput {
             owner: Owner::default(),
             cancel: false,
             tool_results: Vec::new(),
-            cancel_token: CancellationToken::new(),
-            progress: None,
-            approver: ApproverSlot::default(),
-            policy: None,
+            controls: CallControls::default(),
         }
     }
 
@@ -245,61 +165,6 @@ impl WaitInput {
     pub fn with_tool_results(mut self, results: Vec<ClientToolResult>) -> Self {
         self.tool_results = results;
         self
-    }
-
-    /// Reports the call's progress to `progress`, as
-    /// [`ExecInput::with_progress`] does.
-    pub fn with_progress(mut self, progress: Progress) -> Self {
-        self.progress = Some(progress);
-        self
-    }
-
-    /// The call's progress handle, if any.
-    pub(crate) fn progress(&self) -> Option<&Progress> {
-        self.progress.as_ref()
-    }
-
-    /// Asks `approver` about this call's tool calls that need an approval
-    /// (operations.md §3.4), instead of the runtime's approver
-    /// ([`crate::RuntimeBuilder::approver`]).
-    pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
-        self.approver = ApproverSlot(Some(approver));
-        self
-    }
-
-    /// The call's own approver, if any.
-    pub(crate) fn approver(&self) -> Option<&std::sync::Arc<dyn Approver>> {
-        self.approver.0.as_ref()
-    }
-
-    /// Limits the tools this call's cell may see and call further, within
-    /// the runtime's policy (operations.md §3.3: a policy per owner, say a
-    /// tenant's): a tool must pass both, and both `approve` lists apply.
-    /// The cell's catalog is then built for it (linear in the catalog).
-    /// Over [`crate::catalog::MAX_POLICY_PATTERNS`] patterns in a list, or
-    /// a pattern over [`crate::catalog::MAX_POLICY_PATTERN_BYTES`], the
-    /// call fails with `invalid_input`.
-    pub fn with_policy(mut self, policy: Policy) -> Self {
-        self.policy = Some(policy);
-        self
-    }
-
-    /// The caller's policy, if any.
-    pub(crate) fn policy(&self) -> Option<&Policy> {
-        self.policy.as_ref()
-    }
-
-    /// Cancels the call when `token` is cancelled, as
-    /// [`ExecInput::with_cancel`] does: the resumed cell ends `aborted` and
-    /// its run is removed (a later `wait` gets the unknown-run error).
-    pub fn with_cancel(mut self, token: CancellationToken) -> Self {
-        self.cancel_token = token;
-        self
-    }
-
-    /// The call's cancel token.
-    pub(crate) fn cancel_token(&self) -> &CancellationToken {
-        &self.cancel_token
     }
 
     /// Asks to abandon the run instead of resuming it.
@@ -334,12 +199,92 @@ impl WaitInput {
         if self.run_id.trim().is_empty() {
             return Err(RUN_ID_ERROR.into());
         }
-        if let Some(policy) = &self.policy {
+        if let Some(policy) = &self.controls.policy {
             policy.check()?;
         }
         check_tool_results(&self.tool_results)
     }
 }
+
+/// How the caller controls an `exec` or `wait` call (operations.md §3):
+/// set with the inputs' `with_*` methods, read by the cell machinery.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallControls {
+    /// Cancels the call.
+    pub cancel_token: CancellationToken,
+    /// Counts the call's settled tool calls.
+    pub progress: Option<Progress>,
+    /// Decides the call's approvals.
+    pub approver: ApproverSlot,
+    /// The caller's policy, within the runtime's.
+    pub policy: Option<Policy>,
+}
+
+/// The control methods `ExecInput` and `WaitInput` share.
+macro_rules! call_controls {
+    ($input:ident) => {
+        impl $input {
+            /// Cancels the call when `token` is cancelled (operations.md
+            /// §3.1): the cell ends with `failed`, code `aborted` (`code
+            /// mode execution aborted`), keeping the output it produced;
+            /// its tool calls get their cancel signal (command tools: the
+            /// process group is killed), its store writes are discarded,
+            /// its slot is freed and a resumed run is removed. Guest code
+            /// stops within one fuel slice ([`crate::engine::YIELD_FUEL`]);
+            /// a cell waiting on tools stops at once. A token cancelled
+            /// before the call starts aborts it before any guest code runs.
+            pub fn with_cancel(mut self, token: CancellationToken) -> Self {
+                self.controls.cancel_token = token;
+                self
+            }
+
+            /// Reports the call's progress to `progress` (operations.md
+            /// §3.2): each tool call that settles while this call runs
+            /// counts one, and its name becomes the latest.
+            pub fn with_progress(mut self, progress: Progress) -> Self {
+                self.controls.progress = Some(progress);
+                self
+            }
+
+            /// Asks `approver` about this call's tool calls that need an
+            /// approval (operations.md §3.4), instead of the runtime's
+            /// approver ([`crate::RuntimeBuilder::approver`]).
+            pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
+                self.controls.approver = ApproverSlot(Some(approver));
+                self
+            }
+
+            /// Limits the tools this call's cell may see and call further,
+            /// within the runtime's policy (operations.md §3.3: a policy
+            /// per owner, say a tenant's): a tool must pass both, and both
+            /// `approve` lists apply. The cell's catalog is then built for
+            /// it (linear in the catalog; kept for the next calls with the
+            /// same policy). Over [`crate::catalog::MAX_POLICY_PATTERNS`]
+            /// patterns in a list, or a pattern over
+            /// [`crate::catalog::MAX_POLICY_PATTERN_BYTES`], the call fails
+            /// with `invalid_input`.
+            pub fn with_policy(mut self, policy: Policy) -> Self {
+                self.controls.policy = Some(policy);
+                self
+            }
+
+            /// How the caller controls the call.
+            pub(crate) fn controls(&self) -> &CallControls {
+                &self.controls
+            }
+
+            /// The call with these controls (a front end's).
+            #[cfg_attr(not(feature = "mcp-server"), allow(dead_code))]
+            pub(crate) fn with_controls(mut self, controls: CallControls) -> Self {
+                self.controls = controls;
+                self
+            }
+        }
+    };
+}
+
+call_controls!(ExecInput);
+call_controls!(WaitInput);
 
 const RUN_ID_ERROR: &str = "runId must be a non-empty string.";
 

@@ -35,7 +35,7 @@ async fn napping_runtime_with(pid_file: &std::path::Path, timeout_ms: u64) -> Ru
 }
 
 /// Whether process `pid` still exists (and is not a zombie).
-fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The state is the field after the parenthesized command name.
     let state = status

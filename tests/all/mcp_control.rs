@@ -2,6 +2,7 @@
 //! official Python MCP SDK: `notifications/cancelled`, session close
 //! (stdio EOF, HTTP `DELETE`, idle expiry) and progress notifications.
 
+use crate::cancel::alive;
 use crate::mcp::{result, run, HttpServer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -115,19 +116,6 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Whether process `pid` still exists (and is not a zombie).
-fn alive(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .trim_start()
-        .chars()
-        .next();
-    matches!(state, Some(s) if s != 'Z')
-}
-
 fn args(target: &[String]) -> Vec<&str> {
     target.iter().map(String::as_str).collect()
 }
@@ -157,6 +145,26 @@ fn an_mcp_cancel_aborts_the_running_cell() {
     // The slot the cancelled cell held is free: another cell parks.
     assert_eq!(result(&out[2])["status"], "waiting", "{}", out[2]);
     assert_eq!(result(&out[3])["value"], 2);
+}
+
+/// The same over streamable HTTP: the SDK posts `notifications/cancelled`
+/// in the session, the cell ends and its tool's process is gone.
+#[test]
+fn an_mcp_cancel_over_http_aborts_the_running_cell() {
+    let scratch = Scratch::new("[limits]\ntimeout_ms = 60000\n[host]\nmax_suspended_runs = 1\n");
+    let server = scratch.http();
+    let out = run(
+        json!([
+            {"op": "call_tool", "name": "exec", "args": exec("return await nap_a({})"), "cancelAfter": 3},
+            {"op": "sleep", "seconds": 1},
+            {"op": "call_tool", "name": "exec", "args": exec("await yield_control(); return 2")},
+        ]),
+        &["--http", &server.url],
+    );
+    assert_eq!(out[0]["cancelled"], true, "{}", out[0]);
+    let pid = scratch.pid("nap_a");
+    eventually("the tool's process is gone", || !alive(pid));
+    assert_eq!(result(&out[2])["status"], "waiting", "{}", out[2]);
 }
 
 /// Steps that leave a parked run (its tool `nap_a` running) and a running

@@ -235,7 +235,7 @@ pub(crate) async fn exec(
         return input_failure(message, (env.telemetry)());
     }
     let cancel = CancelOn {
-        call: input.cancel_token().clone(),
+        call: input.controls().cancel_token.clone(),
         session,
         run: Default::default(),
     };
@@ -244,7 +244,11 @@ pub(crate) async fn exec(
     }
     let tools = env
         .tools_for_cells
-        .for_cell(env.tools, &input.client_tools, input.policy())
+        .for_cell(
+            env.tools,
+            &input.client_tools,
+            input.controls().policy.as_ref(),
+        )
         .await;
     let is_tool_global = |name: &str| tools.projection.resolve(name).is_some();
     // Large sources are checked a few at a time process-wide: a hostile one
@@ -290,8 +294,12 @@ pub(crate) async fn exec(
         state: env.store.clone(),
         owner: input.owner.clone(),
     });
-    bridge.set_progress(input.progress().cloned());
-    bridge.set_approvals(approvals(env, input.approver(), &input.owner));
+    bridge.set_progress(input.controls().progress.clone());
+    bridge.set_approvals(approvals(
+        env,
+        input.controls().approver.0.as_ref(),
+        &input.owner,
+    ));
     let cell = LiveCell {
         store,
         exports,
@@ -338,7 +346,7 @@ pub(crate) async fn wait(
         return input_failure(message, (env.telemetry)());
     }
     let mut cancel = CancelOn {
-        call: input.cancel_token().clone(),
+        call: input.controls().cancel_token.clone(),
         session,
         run: Default::default(),
     };

@@ -118,7 +118,11 @@ pub(super) async fn restore(
     // and the wait's policy. A live bridge of this process takes them over.
     let tools = env
         .tools_for_cells
-        .for_cell(env.tools, &host.client_tools, input.policy())
+        .for_cell(
+            env.tools,
+            &host.client_tools,
+            input.controls().policy.as_ref(),
+        )
         .await;
     let mut bridge = match live {
         Some(mut bridge) => {
@@ -148,7 +152,7 @@ pub(super) async fn restore(
             })
         }
     };
-    bridge.set_progress(input.progress().cloned());
+    bridge.set_progress(input.controls().progress.clone());
     // Tools it could call before may be gone now (another policy).
     bridge.set_catalog_changed(
         !host.catalog_digest.is_empty() && host.catalog_digest != tools.digest,
@@ -157,7 +161,7 @@ pub(super) async fn restore(
         agent_run: host.agent_run.clone(),
         session: host.session.clone(),
     };
-    bridge.set_approvals(approvals(env, input.approver(), &owner));
+    bridge.set_approvals(approvals(env, input.controls().approver.0.as_ref(), &owner));
     bridge.answer_client_calls(&input.tool_results);
     bridge.release_yields();
     bridge.collect_finished();

@@ -114,6 +114,17 @@ pub(crate) struct CallControl {
     pub approver: Option<Arc<dyn Approver>>,
 }
 
+impl From<CallControl> for crate::input::CallControls {
+    fn from(call: CallControl) -> Self {
+        Self {
+            cancel_token: call.cancel,
+            progress: Some(call.progress),
+            approver: crate::approval::ApproverSlot(call.approver),
+            policy: None,
+        }
+    }
+}
+
 /// Asks the MCP client whether a call that needs an approval may run, with
 /// a form elicitation (`elicitation/create`): the tool, the policy pattern
 /// and a preview of the arguments, and one boolean, `approve`. Accepting
@@ -712,22 +723,14 @@ fn session_owner(session: &str) -> Owner {
 impl CellService for Runtime {
     async fn exec(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
         self.exec_json_controlled(session_owner(session), &args, |input| {
-            let input = input.with_cancel(call.cancel).with_progress(call.progress);
-            match call.approver {
-                Some(approver) => input.with_approver(approver),
-                None => input,
-            }
+            input.with_controls(call.into())
         })
         .await
     }
 
     async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
         self.wait_json_controlled(session_owner(session), &args, |input| {
-            let input = input.with_cancel(call.cancel).with_progress(call.progress);
-            match call.approver {
-                Some(approver) => input.with_approver(approver),
-                None => input,
-            }
+            input.with_controls(call.into())
         })
         .await
     }

@@ -256,10 +256,7 @@ impl Db {
             let rows = stmt.query_map(params![session], |r| r.get(0))?;
             rows.collect::<Result<Vec<String>, _>>()?
         };
-        for id in &ids {
-            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
-            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
-        }
+        delete_runs(&tx, &ids)?;
         tx.commit()?;
         Ok(ids)
     }
@@ -309,10 +306,7 @@ impl Db {
             let rows = stmt.query_map(params![now], |r| r.get(0))?;
             rows.collect::<Result<Vec<String>, _>>()?
         };
-        for id in &ids {
-            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
-            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
-        }
+        delete_runs(&tx, &ids)?;
         tx.commit()?;
         Ok(ids)
     }
@@ -418,6 +412,15 @@ impl Db {
         )?;
         Ok(n > 0)
     }
+}
+
+/// Deletes the runs `ids` and their settlements within `tx`.
+fn delete_runs(tx: &rusqlite::Transaction<'_>, ids: &[String]) -> anyhow::Result<()> {
+    for id in ids {
+        tx.execute("DELETE FROM runs WHERE run_id = ?1", params![id])?;
+        tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![id])?;
+    }
+    Ok(())
 }
 
 impl StateStore for SqliteStateStore {
