@@ -55,6 +55,7 @@ mod engine;
 mod error;
 mod guest_abi;
 mod input;
+mod ledger;
 mod output;
 mod progress;
 mod registry;

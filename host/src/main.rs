@@ -42,6 +42,60 @@ enum Command {
     Search(SearchArgs),
     /// Prints the directory of deferred tools (names and descriptions).
     Tools(CatalogArgs),
+    /// Sums the usage ledger of the state store: one record per `exec` /
+    /// `wait` call (fuel, wall and guest time, tool calls, output and
+    /// snapshot bytes). `--json` prints one object whose `fuel` is the
+    /// total.
+    Usage(UsageArgs),
+}
+
+#[derive(Args)]
+struct UsageArgs {
+    /// Only this session's calls (default: every session).
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
+    /// Only calls since this time: Unix milliseconds, or an age such as
+    /// `90s`, `30m`, `12h`, `7d`.
+    #[arg(long, value_name = "TIME", value_parser = parse_since)]
+    since: Option<u64>,
+    /// Also list the latest N records (at most 10,000).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    records: usize,
+    /// Print one JSON object instead of lines for people.
+    #[arg(long)]
+    json: bool,
+    /// Directory of the state store.
+    #[arg(long, value_name = "DIR", default_value = ".quickcell")]
+    state_dir: PathBuf,
+}
+
+/// `--since`: Unix milliseconds, or an age (`90s`, `30m`, `12h`, `7d`)
+/// before now.
+fn parse_since(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    let unit = text.chars().last().unwrap_or(' ');
+    let number = &text[..text.len() - unit.len_utf8().min(text.len())];
+    let seconds: u64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        _ => {
+            return Err(format!(
+                "`{text}` is neither Unix milliseconds nor an age like 30m, 12h or 7d"
+            ))
+        }
+    };
+    let n: u64 = number.parse().map_err(|_| {
+        format!("`{text}` is neither Unix milliseconds nor an age like 30m, 12h or 7d")
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    Ok(now.saturating_sub(n.saturating_mul(seconds).saturating_mul(1_000)))
 }
 
 #[derive(Args)]
@@ -225,6 +279,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::Search(args) => runtime.block_on(search(args)),
         Command::Tools(args) => tools(args),
+        Command::Usage(args) => runtime.block_on(usage(args)),
     }
 }
 
@@ -349,6 +404,7 @@ async fn report(runtime: &Runtime, result: CellResult) -> ExitCode {
         let _ = std::io::stdout().flush();
         runtime.settle_parked_tool_calls().await;
     }
+    runtime.flush_usage().await;
     exit_status(&result)
 }
 
@@ -470,11 +526,78 @@ async fn cancel(args: CancelArgs) -> ExitCode {
         Err(code) => return code,
     };
     let result = runtime.cancel(&args.run_id, &args.state.owner()).await;
+    runtime.flush_usage().await;
     println!("{}", result.to_json());
     match &result {
         CellResult::Failed(f) if f.code == quickcell::ErrorCode::Aborted => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     }
+}
+
+async fn usage(args: UsageArgs) -> ExitCode {
+    let state = StateArgs {
+        state_dir: args.state_dir.clone(),
+        session: "default".into(),
+    };
+    let runtime = match runtime_from(Config::default(), ToolRegistry::new(), Some(&state)).await {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut filter = quickcell::store::UsageFilter::all();
+    if let Some(session) = &args.session {
+        filter = filter.session(session.clone());
+    }
+    if let Some(since) = args.since {
+        filter = filter.since_ms(since);
+    }
+    let read = async {
+        let totals = runtime.usage(&filter).await?;
+        let records = if args.records > 0 {
+            runtime.usage_records(&filter, args.records).await?
+        } else {
+            Vec::new()
+        };
+        Ok::<_, quickcell::Error>((totals, records))
+    };
+    let (totals, records) = match read.await {
+        Ok(read) => read,
+        Err(e) => {
+            eprintln!("quickcell: {}", e.chain_message());
+            return ExitCode::from(1);
+        }
+    };
+    if args.json {
+        let mut out = serde_json::to_value(totals).unwrap_or_default();
+        if args.records > 0 {
+            out["records"] = serde_json::to_value(&records).unwrap_or_default();
+        }
+        println!("{out}");
+    } else {
+        println!(
+            "calls {}\nfuel {}\nwall_ms {}\nguest_us {}\ntool_calls {}\noutput_bytes {}\nsnapshot_bytes {}",
+            totals.calls,
+            totals.fuel,
+            totals.wall_ms,
+            totals.guest_us,
+            totals.tool_calls,
+            totals.output_bytes,
+            totals.snapshot_bytes
+        );
+        for r in &records {
+            println!(
+                "{} {} {} session={} run={} fuel={} wall_ms={} tool_calls={}",
+                r.at_ms,
+                r.kind,
+                r.outcome,
+                r.session,
+                r.run_id.as_deref().unwrap_or("-"),
+                r.fuel,
+                r.wall_ms,
+                r.tool_calls
+            );
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 /// Prints one result for people: output entries, then the outcome.
@@ -519,6 +642,7 @@ async fn run(args: RunArgs) -> ExitCode {
             print_human(&result);
         }
         let Some(run_id) = result.run_id() else {
+            runtime.flush_usage().await;
             return exit_status(&result);
         };
         result = runtime

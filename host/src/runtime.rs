@@ -3,14 +3,14 @@
 use crate::approval::Approver;
 use crate::bridge::{CellTools, ToolsForCells};
 use crate::cell::runs::RunRegistry;
-use crate::cell::{self, CellEnv};
+use crate::cell::{self, CallStats, CellEnv};
 use crate::config::{HostLimits, Limits};
 use crate::engine::{self, GuestOrigin, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
 use crate::registry::ToolRegistry;
 use crate::result::{CellResult, McpOutage, Telemetry};
-use crate::store::{MemoryStateStore, Owner, StateStore};
+use crate::store::{MemoryStateStore, Owner, StateStore, UsageFilter, UsageRecord, UsageTotals};
 use crate::tools::mcp::{McpClients, McpServerConfig};
 use quickcell_catalog::{Catalog, Policy};
 use std::path::PathBuf;
@@ -213,6 +213,7 @@ impl RuntimeBuilder {
             cell_tools,
             tools_for_cells,
             approver: self.approver,
+            ledger: crate::ledger::Ledger::start(store.clone()),
             runs,
             store,
             mcp,
@@ -270,6 +271,7 @@ pub struct Runtime {
     cell_tools: Arc<CellTools>,
     tools_for_cells: ToolsForCells,
     approver: Option<Arc<dyn Approver>>,
+    ledger: crate::ledger::Ledger,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
     mcp: McpClients,
@@ -345,7 +347,11 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         result
     }
 
-    fn env<'a>(&'a self, telemetry: &'a (dyn Fn() -> Telemetry + Sync)) -> CellEnv<'a> {
+    fn env<'a>(
+        &'a self,
+        telemetry: &'a (dyn Fn() -> Telemetry + Sync),
+        stats: &'a CallStats,
+    ) -> CellEnv<'a> {
         CellEnv {
             shared: &self.shared,
             limits: &self.limits,
@@ -355,6 +361,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             runs: &self.runs,
             store: &self.store,
             telemetry,
+            stats,
         }
     }
 
@@ -367,12 +374,19 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Must be awaited inside a Tokio runtime (tool calls and timers run as
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
+        let started = std::time::Instant::now();
+        let stats = CallStats::default();
         let telemetry = || self.telemetry();
-        let env = self.env(&telemetry);
-        self.admitted(&input.owner.session, |session| {
-            cell::exec(&env, &input, session)
-        })
-        .await
+        let env = self.env(&telemetry, &stats);
+        let result = self
+            .admitted(&input.owner.session, |session| {
+                cell::exec(&env, &input, session)
+            })
+            .await;
+        self.ledger
+            .record("exec", &input.owner, None, &result, started, &stats)
+            .await;
+        result
     }
 
     /// Runs `call` (a cell of `session`) if the session is within its
@@ -401,12 +415,61 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// completes, fails or parks again. The run may have been parked by
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
+        let started = std::time::Instant::now();
+        let stats = CallStats::default();
         let telemetry = || self.telemetry();
-        let env = self.env(&telemetry);
-        self.admitted(&input.owner.session, |session| {
-            cell::wait(&env, &input, session)
-        })
-        .await
+        let env = self.env(&telemetry, &stats);
+        let result = self
+            .admitted(&input.owner.session, |session| {
+                cell::wait(&env, &input, session)
+            })
+            .await;
+        let run_id = Some(input.run_id.as_str()).filter(|id| !id.is_empty());
+        self.ledger
+            .record("wait", &input.owner, run_id, &result, started, &stats)
+            .await;
+        result
+    }
+
+    /// Sums the usage ledger (operations.md §4.2): one record per `exec` /
+    /// `wait` call of every runtime sharing the state store, those
+    /// `filter` selects. Records of this runtime's finished calls are
+    /// written first, so the sum includes them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be read.
+    pub async fn usage(&self, filter: &UsageFilter) -> Result<UsageTotals, Error> {
+        self.ledger.flush().await;
+        self.store
+            .usage_totals(filter)
+            .await
+            .map_err(|e| Error::state_store("cannot read the usage ledger", e.into()))
+    }
+
+    /// The latest `limit` usage records `filter` selects (at most
+    /// [`crate::store::MAX_USAGE_RECORDS_LISTED`]), oldest first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be read.
+    pub async fn usage_records(
+        &self,
+        filter: &UsageFilter,
+        limit: usize,
+    ) -> Result<Vec<UsageRecord>, Error> {
+        self.ledger.flush().await;
+        self.store
+            .usage_list(filter, limit)
+            .await
+            .map_err(|e| Error::state_store("cannot read the usage ledger", e.into()))
+    }
+
+    /// Waits until the usage records of this runtime's finished calls are
+    /// in the state store. A process that exits after its calls calls this
+    /// first (the CLI does).
+    pub async fn flush_usage(&self) {
+        self.ledger.flush().await;
     }
 
     /// Cancels a parked run of `owner` (operations.md §3.1): the run is

@@ -4,7 +4,7 @@
 use crate::{value, waiting};
 use quickcell::store::{
     ClaimRefused, Claimed, MemoryStateStore, ParkedRun, ResultStore, RunStore, SessionStore,
-    StateStore, StoreResult,
+    StateStore, StoreResult, UsageFilter, UsageRecord, UsageStore, UsageTotals,
 };
 use quickcell::{ExecInput, Owner, Runtime, WaitInput};
 use serde_json::json;
@@ -126,6 +126,23 @@ impl ResultStore for Counting {
     }
     async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
         self.inner.result_clear(agent_run).await
+    }
+}
+
+#[async_trait::async_trait]
+impl UsageStore for Counting {
+    async fn usage_record(&self, record: UsageRecord) -> StoreResult<()> {
+        self.inner.usage_record(record).await
+    }
+    async fn usage_totals(&self, filter: &UsageFilter) -> StoreResult<UsageTotals> {
+        self.inner.usage_totals(filter).await
+    }
+    async fn usage_list(
+        &self,
+        filter: &UsageFilter,
+        limit: usize,
+    ) -> StoreResult<Vec<UsageRecord>> {
+        self.inner.usage_list(filter, limit).await
     }
 }
 

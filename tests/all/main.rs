@@ -22,6 +22,7 @@ mod policy;
 mod source;
 mod store;
 mod suspend;
+mod usage;
 mod wit;
 
 use quickcell::{CellResult, ExecInput, Limits, Runtime};

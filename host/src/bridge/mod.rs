@@ -227,6 +227,8 @@ pub(crate) struct Bridge {
     progress: Option<crate::progress::Progress>,
     /// Who decides calls that need an approval, when anyone can.
     approvals: Option<crate::approval::Approvals>,
+    /// Tool calls (`callValue` requests) started, ever.
+    tool_calls_started: u64,
     /// The cell resumed with other tools than it parked with: a call to a
     /// tool that is gone gets [`calls::PERMISSION_CHANGED`].
     catalog_changed: bool,
@@ -255,8 +257,14 @@ impl Bridge {
             dispatch_started: false,
             progress: None,
             approvals: None,
+            tool_calls_started: 0,
             catalog_changed: false,
         }
+    }
+
+    /// Tool calls this bridge has started, ever.
+    pub(crate) fn tool_calls_started(&self) -> u64 {
+        self.tool_calls_started
     }
 
     /// Uses `tools` for calls from now on (a resumed cell's, which the
@@ -692,6 +700,7 @@ impl Bridge {
             };
             Start::Settled(err(id, message, "invalid_input"))
         } else if method == "callValue" {
+            self.tool_calls_started += 1;
             calls::start(
                 &self.tools,
                 calls::CallContext {

@@ -183,7 +183,9 @@ impl LiveCell {
                 Some(batch) if batch.is_empty() => status = Ok(json),
                 Some(batch) => {
                     let results = serde_json::to_string(&batch).unwrap_or_default();
+                    let guest_started = Instant::now();
                     status = self.exports.settle(&mut self.store, &results).await;
+                    env.stats.guest_since(guest_started);
                 }
                 None => return self.park(env).await,
             }

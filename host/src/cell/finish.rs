@@ -8,6 +8,7 @@ impl LiveCell {
     /// Ends the cell: fits the result into the remaining output budget and
     /// forgets the run.
     pub(super) async fn end(mut self, env: &CellEnv<'_>, ending: Ending) -> CellResult {
+        self.count_tool_calls(env);
         let mut warnings = Vec::new();
         // Store writes are committed once, atomically, iff the cell
         // completed; any other ending discards them.

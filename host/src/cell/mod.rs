@@ -108,6 +108,28 @@ pub(crate) struct CellEnv<'a> {
     /// Parked runs, session values and saved results.
     pub store: &'a Arc<dyn crate::store::StateStore>,
     pub telemetry: &'a (dyn Fn() -> Telemetry + Sync),
+    /// What the call used, for its usage record.
+    pub stats: &'a CallStats,
+}
+
+/// What one `exec` or `wait` call used besides fuel (its usage record,
+/// operations.md §4.2).
+#[derive(Default)]
+pub(crate) struct CallStats {
+    /// Time spent running guest code, in nanoseconds.
+    pub guest_ns: std::sync::atomic::AtomicU64,
+    /// Tool calls the cell started.
+    pub tool_calls: std::sync::atomic::AtomicU64,
+    /// Bytes of the snapshot stored when the call parked the cell.
+    pub snapshot_bytes: std::sync::atomic::AtomicU64,
+}
+
+impl CallStats {
+    /// Adds the guest time since `since` (an [`Instant`]).
+    pub(crate) fn guest_since(&self, since: Instant) {
+        self.guest_ns
+            .fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
 }
 
 /// The host's per-cell state that a snapshot carries (the guest's state is
@@ -157,6 +179,8 @@ struct LiveCell {
     fuel_start: u64,
     /// What cancels the call (also in the store's [`CellState`]).
     cancel: CancelOn,
+    /// The bridge's count of started tool calls when this call began.
+    tool_calls_before: u64,
 }
 
 /// Margin before the deadline at which a cell waiting on host work parks
@@ -281,9 +305,11 @@ pub(crate) async fn exec(
         rand_seed(),
         tools.start_options,
     );
+    let guest_started = Instant::now();
     let status = exports
         .start(&mut store, &cell_function, &options, &tools.metas_json)
         .await;
+    env.stats.guest_since(guest_started);
     let mut bridge = Bridge::new(
         tools.clone(),
         env.limits.max_pending_tool_calls() as usize,
@@ -315,6 +341,7 @@ pub(crate) async fn exec(
         slot: None,
         fuel_start,
         cancel,
+        tool_calls_before: 0,
     };
     cell.drive(env, status).await
 }
@@ -441,6 +468,15 @@ impl LiveCell {
             .fuel_start
             .saturating_sub(self.store.get_fuel().unwrap_or(0));
         telemetry
+    }
+
+    /// Records the tool calls this call started in its usage record.
+    fn count_tool_calls(&self, env: &CellEnv<'_>) {
+        let started = self
+            .bridge
+            .tool_calls_started()
+            .saturating_sub(self.tool_calls_before);
+        env.stats.tool_calls.store(started, Ordering::Relaxed);
     }
 
     fn replay_safe(&self) -> Option<bool> {

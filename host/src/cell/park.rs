@@ -138,6 +138,10 @@ impl LiveCell {
             snapshot: bytes,
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
+        env.stats
+            .snapshot_bytes
+            .store(parked.snapshot.len() as u64, Ordering::Relaxed);
+        self.count_tool_calls(env);
         stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
         let stored = env.store.park(parked).await;
         stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);

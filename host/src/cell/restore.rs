@@ -163,9 +163,11 @@ pub(super) async fn restore(
     };
     bridge.set_approvals(approvals(env, input.controls().approver.0.as_ref(), &owner));
     bridge.answer_client_calls(&input.tool_results);
+    let tool_calls_before = bridge.tool_calls_started();
     bridge.release_yields();
     bridge.collect_finished();
     let batch = bridge.take_ready();
+    let guest_started = Instant::now();
     let status = if batch.is_empty() {
         exports.status(&mut store).await
     } else {
@@ -176,6 +178,7 @@ pub(super) async fn restore(
             )
             .await
     };
+    env.stats.guest_since(guest_started);
     let cell = LiveCell {
         store,
         exports,
@@ -195,6 +198,7 @@ pub(super) async fn restore(
         slot: None,
         fuel_start,
         cancel,
+        tool_calls_before,
     };
     Ok((cell, status))
 }

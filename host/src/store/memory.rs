@@ -1,10 +1,15 @@
 use super::{
     ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunStore, SessionStore, StateStore,
-    StoreResult,
+    StoreResult, UsageFilter, UsageRecord, UsageStore, UsageTotals, MAX_USAGE_RECORDS_LISTED,
 };
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+/// Most usage records [`MemoryStateStore`] keeps (about 20 MB); past it
+/// the oldest tenth is dropped. A ledger that must be complete needs a
+/// persistent store (SQLite keeps every record).
+pub const MAX_MEMORY_USAGE_RECORDS: usize = 100_000;
 
 /// [`StateStore`] in this process's memory: runs end with the runtime.
 #[derive(Default)]
@@ -14,6 +19,8 @@ pub struct MemoryStateStore {
     session_store: Mutex<HashMap<(String, String), String>>,
     /// (agent run, id) → JSON.
     results: Mutex<HashMap<(String, String), String>>,
+    /// The usage ledger, oldest first.
+    usage: Mutex<Vec<UsageRecord>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -253,5 +260,44 @@ impl ResultStore for MemoryStateStore {
         Ok(lock(&self.results)
             .remove(&(agent_run.to_string(), id.to_string()))
             .is_some())
+    }
+}
+
+#[async_trait]
+impl UsageStore for MemoryStateStore {
+    async fn usage_record(&self, record: UsageRecord) -> StoreResult<()> {
+        let mut usage = lock(&self.usage);
+        if usage.len() >= MAX_MEMORY_USAGE_RECORDS {
+            // The oldest tenth goes at once, so dropping stays amortized O(1).
+            usage.drain(..MAX_MEMORY_USAGE_RECORDS / 10);
+        }
+        usage.push(record);
+        Ok(())
+    }
+
+    async fn usage_totals(&self, filter: &UsageFilter) -> StoreResult<UsageTotals> {
+        let mut totals = UsageTotals::default();
+        for record in lock(&self.usage).iter().filter(|r| filter.selects(r)) {
+            totals.add(record);
+        }
+        Ok(totals)
+    }
+
+    async fn usage_list(
+        &self,
+        filter: &UsageFilter,
+        limit: usize,
+    ) -> StoreResult<Vec<UsageRecord>> {
+        let limit = limit.min(MAX_USAGE_RECORDS_LISTED);
+        let usage = lock(&self.usage);
+        let mut latest: Vec<UsageRecord> = usage
+            .iter()
+            .rev()
+            .filter(|r| filter.selects(r))
+            .take(limit)
+            .cloned()
+            .collect();
+        latest.reverse();
+        Ok(latest)
     }
 }

@@ -34,7 +34,7 @@ mod sqlite;
 #[cfg(test)]
 mod tests;
 
-pub use memory::MemoryStateStore;
+pub use memory::{MemoryStateStore, MAX_MEMORY_USAGE_RECORDS};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStateStore, STATE_FILE};
 
@@ -203,10 +203,129 @@ pub trait ResultStore: Send + Sync {
     async fn result_clear(&self, agent_run: &str) -> StoreResult<usize>;
 }
 
-/// Everything a runtime keeps: runs, session values and saved results.
-/// Give one to [`RuntimeBuilder::state_store`](crate::RuntimeBuilder::state_store)
-/// to use another backend.
-pub trait StateStore: RunStore + SessionStore + ResultStore {
+/// What one `exec` or `wait` call used (operations.md §4.2): one record
+/// per call in the usage ledger.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct UsageRecord {
+    /// When the call ended, in Unix milliseconds.
+    pub at_ms: u64,
+    /// The caller's agent run.
+    pub agent_run: String,
+    /// The caller's session.
+    pub session: String,
+    /// The run the call parked or resumed, if any.
+    pub run_id: Option<String>,
+    /// `exec` or `wait`.
+    pub kind: String,
+    /// The fuel the result reported (`telemetry.fuelUsed`).
+    pub fuel: u64,
+    /// Wall time of the call, in milliseconds.
+    pub wall_ms: u64,
+    /// Time the call spent running guest code, in microseconds.
+    pub guest_us: u64,
+    /// Tool calls the cell started during the call.
+    pub tool_calls: u64,
+    /// Bytes of the result's `output` (compact JSON).
+    pub output_bytes: u64,
+    /// Bytes of the snapshot stored when the call parked the cell.
+    pub snapshot_bytes: u64,
+    /// `completed`, `waiting`, or `failed:<code>`.
+    pub outcome: String,
+}
+
+/// Which usage records [`UsageStore::usage_totals`] and
+/// [`UsageStore::usage_list`] read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UsageFilter {
+    /// Only this session's records.
+    pub session: Option<String>,
+    /// Only records at or after this time (Unix milliseconds).
+    pub since_ms: Option<u64>,
+}
+
+impl UsageFilter {
+    /// Every record.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only `session`'s records.
+    pub fn session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+
+    /// Only records at or after `since_ms` (Unix milliseconds).
+    pub fn since_ms(mut self, since_ms: u64) -> Self {
+        self.since_ms = Some(since_ms);
+        self
+    }
+
+    /// Whether `record` is one of those it selects.
+    pub fn selects(&self, record: &UsageRecord) -> bool {
+        self.session.as_ref().is_none_or(|s| *s == record.session)
+            && self.since_ms.is_none_or(|t| record.at_ms >= t)
+    }
+}
+
+/// Sums of usage records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct UsageTotals {
+    /// Calls (records).
+    pub calls: u64,
+    /// Fuel.
+    pub fuel: u64,
+    /// Wall time, in milliseconds.
+    pub wall_ms: u64,
+    /// Guest time, in microseconds.
+    pub guest_us: u64,
+    /// Tool calls started.
+    pub tool_calls: u64,
+    /// Output bytes.
+    pub output_bytes: u64,
+    /// Snapshot bytes.
+    pub snapshot_bytes: u64,
+}
+
+impl UsageTotals {
+    /// Adds one record.
+    pub fn add(&mut self, record: &UsageRecord) {
+        self.calls += 1;
+        self.fuel = self.fuel.saturating_add(record.fuel);
+        self.wall_ms = self.wall_ms.saturating_add(record.wall_ms);
+        self.guest_us = self.guest_us.saturating_add(record.guest_us);
+        self.tool_calls = self.tool_calls.saturating_add(record.tool_calls);
+        self.output_bytes = self.output_bytes.saturating_add(record.output_bytes);
+        self.snapshot_bytes = self.snapshot_bytes.saturating_add(record.snapshot_bytes);
+    }
+}
+
+/// Most records [`UsageStore::usage_list`] returns at once.
+pub const MAX_USAGE_RECORDS_LISTED: usize = 10_000;
+
+/// The usage ledger: one record per `exec` / `wait` call.
+#[async_trait]
+pub trait UsageStore: Send + Sync {
+    /// Appends a record.
+    async fn usage_record(&self, record: UsageRecord) -> StoreResult<()>;
+    /// Sums the records `filter` selects.
+    async fn usage_totals(&self, filter: &UsageFilter) -> StoreResult<UsageTotals>;
+    /// The latest `limit` records `filter` selects (at most
+    /// [`MAX_USAGE_RECORDS_LISTED`]), oldest first.
+    async fn usage_list(&self, filter: &UsageFilter, limit: usize)
+        -> StoreResult<Vec<UsageRecord>>;
+}
+
+/// Everything a runtime keeps: runs, session values, saved results and the
+/// usage ledger. Give one to
+/// [`RuntimeBuilder::state_store`](crate::RuntimeBuilder::state_store) to use
+/// another backend.
+pub trait StateStore: RunStore + SessionStore + ResultStore + UsageStore {
     /// Whether other processes (or a restarted host) can see these runs;
     /// only then are settlements of parked runs worth recording.
     fn is_shared(&self) -> bool;

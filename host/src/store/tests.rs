@@ -189,3 +189,60 @@ async fn closing_a_session_removes_its_runs_values_and_results_only() {
         assert_eq!(store.result_clear("a").await.unwrap(), 0);
     }
 }
+
+fn usage(session: &str, at_ms: u64, fuel: u64) -> UsageRecord {
+    UsageRecord {
+        at_ms,
+        agent_run: "a".into(),
+        session: session.into(),
+        run_id: None,
+        kind: "exec".into(),
+        fuel,
+        wall_ms: 2,
+        guest_us: 3,
+        tool_calls: 1,
+        output_bytes: 10,
+        snapshot_bytes: 0,
+        outcome: "completed".into(),
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_sums_and_lists_what_a_filter_selects() {
+    for store in stores() {
+        store.usage_record(usage("s", 100, 5)).await.unwrap();
+        store.usage_record(usage("t", 200, 7)).await.unwrap();
+        let mut waited = usage("s", 300, 11);
+        waited.run_id = Some("cm_1".into());
+        waited.kind = "wait".into();
+        waited.outcome = "failed:timeout".into();
+        store.usage_record(waited.clone()).await.unwrap();
+
+        let all = store.usage_totals(&UsageFilter::all()).await.unwrap();
+        assert_eq!(
+            (all.calls, all.fuel, all.wall_ms, all.tool_calls),
+            (3, 23, 6, 3)
+        );
+        let s = store
+            .usage_totals(&UsageFilter::all().session("s"))
+            .await
+            .unwrap();
+        assert_eq!((s.calls, s.fuel), (2, 16));
+        let later = store
+            .usage_totals(&UsageFilter::all().session("s").since_ms(200))
+            .await
+            .unwrap();
+        assert_eq!((later.calls, later.fuel), (1, 11));
+        let none = store
+            .usage_totals(&UsageFilter::all().session("x"))
+            .await
+            .unwrap();
+        assert_eq!(none, UsageTotals::default());
+        // The latest records, oldest first, whole.
+        let listed = store.usage_list(&UsageFilter::all(), 2).await.unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].session, "t");
+        assert_eq!(listed[1], waited);
+        assert_eq!(store.usage_list(&UsageFilter::all(), 0).await.unwrap(), []);
+    }
+}

@@ -1,0 +1,152 @@
+//! The usage ledger (operations.md §4.2): one record per `exec` / `wait`
+//! call in the state store, summed by `Runtime::usage` and `quickcell
+//! usage`.
+
+use crate::bridge::t;
+use crate::{failed, waiting};
+use quickcell::store::UsageFilter;
+use quickcell::{CellResult, ExecInput, Owner, Runtime, ToolRegistry, WaitInput};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+fn owner(session: &str) -> Owner {
+    Owner {
+        agent_run: session.into(),
+        session: session.into(),
+    }
+}
+
+/// A session's ledger total equals the sum of the `fuelUsed` its results
+/// reported; each record says what its call was and did.
+#[tokio::test]
+async fn a_sessions_ledger_adds_up_to_its_results_fuel() {
+    let mut registry = ToolRegistry::new();
+    registry
+        .add(Arc::new(t("lookup", "Look a record up")))
+        .unwrap();
+    let rt = Runtime::builder().tools(registry).build().await.unwrap();
+    let alice = owner("alice");
+    let mut reported = 0;
+    let mut add = |r: &CellResult| reported += r.telemetry().fuel_used;
+    let r = rt
+        .exec(
+            ExecInput::new("two calls", "await lookup({}); await lookup({}); return 1")
+                .with_owner(alice.clone()),
+        )
+        .await;
+    add(&r);
+    let r = rt
+        .exec(
+            ExecInput::new("park", "text('x'); await yield_control(); return 2")
+                .with_owner(alice.clone()),
+        )
+        .await;
+    add(&r);
+    let id = waiting(&r).run_id.clone();
+    let r = rt.wait(WaitInput::new(&id).with_owner(alice.clone())).await;
+    add(&r);
+    let r = rt
+        .exec(ExecInput::new("fail", "throw new Error('no')").with_owner(alice.clone()))
+        .await;
+    add(&r);
+    assert!(failed(&r).error.contains("no"));
+    // Another session's call is not alice's.
+    rt.exec(ExecInput::new("bob", "return 3").with_owner(owner("bob")))
+        .await;
+
+    let totals = rt
+        .usage(&UsageFilter::all().session("alice"))
+        .await
+        .unwrap();
+    assert_eq!((totals.calls, totals.fuel), (4, reported));
+    assert_eq!(totals.tool_calls, 2);
+    assert_eq!(rt.usage(&UsageFilter::all()).await.unwrap().calls, 5);
+
+    let records = rt
+        .usage_records(&UsageFilter::all().session("alice"), 10)
+        .await
+        .unwrap();
+    let summary: Vec<(String, String, Option<String>, u64)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.kind.clone(),
+                r.outcome.clone(),
+                r.run_id.clone(),
+                r.tool_calls,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("exec".into(), "completed".into(), None, 2),
+            ("exec".into(), "waiting".into(), Some(id.clone()), 0),
+            ("wait".into(), "completed".into(), Some(id), 0),
+            ("exec".into(), "failed:internal_error".into(), None, 0),
+        ]
+    );
+    assert!(records[1].snapshot_bytes > 0 && records[0].snapshot_bytes == 0);
+    assert!(records[1].output_bytes > 0);
+    assert!(records
+        .iter()
+        .all(|r| r.session == "alice" && r.guest_us > 0));
+    // Later than everything: nothing.
+    let future = UsageFilter::all().since_ms(u64::MAX);
+    assert_eq!(rt.usage(&future).await.unwrap().calls, 0);
+}
+
+/// `quickcell usage --json` over a state directory that two `exec`
+/// processes wrote: its `fuel` is the sum of their `fuelUsed`.
+#[test]
+fn quickcell_usage_sums_what_cli_calls_used() {
+    let dir = std::env::temp_dir().join(format!("quickcell-usage-{}", uuid::Uuid::new_v4()));
+    let state = dir.join("state");
+    let state = state.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap(),
+            serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let mut reported = 0;
+    for code in ["return 1", "return [1, 2, 3].map((n) => n * 2)"] {
+        let (status, v, _) = run(&["exec", "--state-dir", state, "--code", code]);
+        assert_eq!(status, 0, "{v}");
+        reported += v["telemetry"]["fuelUsed"].as_u64().unwrap();
+    }
+    let (status, v, _) = run(&["usage", "--json", "--state-dir", state, "--records", "5"]);
+    assert_eq!(status, 0);
+    assert_eq!(v["fuel"], json!(reported), "{v}");
+    assert_eq!(v["calls"], 2);
+    assert_eq!(v["records"].as_array().unwrap().len(), 2);
+    assert_eq!(v["records"][0]["session"], "default");
+    let (_, v, _) = run(&[
+        "usage",
+        "--json",
+        "--state-dir",
+        state,
+        "--session",
+        "other",
+    ]);
+    assert_eq!(
+        (v["calls"].clone(), v["fuel"].clone()),
+        (json!(0), json!(0))
+    );
+    let (_, v, _) = run(&["usage", "--json", "--state-dir", state, "--since", "1h"]);
+    assert_eq!(v["calls"], 2);
+    let (status, _, err) = run(&["usage", "--state-dir", state, "--since", "soon"]);
+    assert_eq!(status, 2);
+    assert!(
+        err.contains("neither Unix milliseconds nor an age"),
+        "{err}"
+    );
+    let (status, _, _) = run(&["usage", "--state-dir", state, "--since", "3é"]);
+    assert_eq!(status, 2);
+    std::fs::remove_dir_all(&dir).ok();
+}
