@@ -31,6 +31,10 @@ pub enum Error {
     /// The result cannot be serialized within limits (`output_limit_exceeded`).
     #[error("output limit exceeded: {0}")]
     OutputLimitExceeded(String),
+    /// The session is over a quota (`quota_exceeded`); the message names
+    /// it and when it frees.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// The run was cancelled (`aborted`).
     #[error("code mode execution aborted")]
     Aborted,

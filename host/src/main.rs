@@ -375,7 +375,8 @@ async fn runtime_with_limits(
         .host_limits(config.host)
         .tools(registry)
         .mcp_servers(config.mcp_servers)
-        .policy(config.policy);
+        .policy(config.policy)
+        .quotas(config.quotas);
     if let Some(state) = state {
         builder = builder.state_dir(&state.state_dir);
     }

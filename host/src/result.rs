@@ -181,6 +181,8 @@ pub enum ErrorCode {
     FuelExhausted,
     /// The cell hit its memory cap.
     MemoryLimitExceeded,
+    /// The session is over a quota (`[quotas]`); nothing ran.
+    QuotaExceeded,
 }
 
 /// Where a failure happened (contract §4).
@@ -315,6 +317,7 @@ impl CellResult {
                     source: None,
                 },
                 ErrorCode::InternalError => Error::Internal(f.error),
+                ErrorCode::QuotaExceeded => Error::QuotaExceeded(f.error),
             }),
         }
     }

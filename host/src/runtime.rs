@@ -4,7 +4,7 @@ use crate::approval::Approver;
 use crate::bridge::{CellTools, ToolsForCells};
 use crate::cell::runs::RunRegistry;
 use crate::cell::{self, CallStats, CellEnv};
-use crate::config::{HostLimits, Limits};
+use crate::config::{HostLimits, Limits, Quotas};
 use crate::engine::{self, GuestOrigin, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
@@ -49,6 +49,7 @@ pub struct RuntimeBuilder {
     policy: Policy,
     approver: Option<Arc<dyn Approver>>,
     tool_search_limits: Option<quickcell_catalog::SearchLimits>,
+    quotas: Quotas,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -63,6 +64,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("policy", &self.policy)
             .field("approver", &self.approver.as_ref().map(|_| ".."))
             .field("tool_search_limits", &self.tool_search_limits)
+            .field("quotas", &self.quotas)
             .finish()
     }
 }
@@ -109,6 +111,13 @@ impl RuntimeBuilder {
     /// counts as a decline; the cell's clock is paused while it waits.
     pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
         self.approver = Some(approver);
+        self
+    }
+
+    /// Enforces these per-session quotas (operations.md §4.3; see
+    /// [`Quotas`]): none by default.
+    pub fn quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
         self
     }
 
@@ -214,6 +223,7 @@ impl RuntimeBuilder {
             tools_for_cells,
             approver: self.approver,
             ledger: crate::ledger::Ledger::start(store.clone()),
+            quotas: self.quotas,
             runs,
             store,
             mcp,
@@ -272,6 +282,7 @@ pub struct Runtime {
     tools_for_cells: ToolsForCells,
     approver: Option<Arc<dyn Approver>>,
     ledger: crate::ledger::Ledger,
+    quotas: Quotas,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
     mcp: McpClients,
@@ -374,6 +385,9 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Must be awaited inside a Tokio runtime (tool calls and timers run as
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
+        if let Some(refused) = self.over_quota(&input.owner.session, true).await {
+            return refused;
+        }
         let started = std::time::Instant::now();
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
@@ -415,6 +429,12 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// completes, fails or parks again. The run may have been parked by
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
+        // A cancel frees; only a resume is refused over the fuel quota.
+        if !input.cancel {
+            if let Some(refused) = self.over_quota(&input.owner.session, false).await {
+                return refused;
+            }
+        }
         let started = std::time::Instant::now();
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
@@ -429,6 +449,70 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .record("wait", &input.owner, run_id, &result, started, &stats)
             .await;
         result
+    }
+
+    /// The `quota_exceeded` failure of a call of `session` over a quota
+    /// (`exec`: the fuel and cell-rate quotas; `wait`: the fuel quota), or
+    /// `None`. Nothing runs and nothing is recorded for a refused call. A
+    /// ledger that cannot be read refuses too (fail closed).
+    async fn over_quota(&self, session: &str, exec: bool) -> Option<CellResult> {
+        if self.quotas.is_empty() {
+            return None;
+        }
+        self.ledger.flush().await;
+        let now = crate::clock::unix_ms();
+        let refuse = |message: String| {
+            Some(self.with_outage(cell::quota_failure(message, self.telemetry())))
+        };
+        // Fail closed: a ledger that cannot be read admits nothing.
+        let unreadable = |e: crate::store::StoreError| {
+            Some(self.with_outage(cell::host_failure(
+                format!("InternalError: the usage ledger cannot be read to check this session's quotas: {e:#}"),
+                self.telemetry(),
+            )))
+        };
+        let frees_in = |first: Option<u64>, window: u64| {
+            first
+                .map_or(0, |t| t.saturating_add(window).saturating_sub(now))
+                .div_ceil(1000)
+        };
+        let session_filter = UsageFilter::all().session(session);
+        if let Some(max) = self.quotas.fuel_per_session_per_hour() {
+            const HOUR: u64 = 3_600_000;
+            match self
+                .store
+                .usage_totals(&session_filter.clone().since_ms(now.saturating_sub(HOUR)))
+                .await
+            {
+                Ok(used) if used.fuel >= max => {
+                    return refuse(format!(
+                        "quota exceeded: fuel_per_session_per_hour ({} of {max} fuel used in the last hour); it frees as calls age out of the hour, the first in {} s.",
+                        used.fuel,
+                        frees_in(used.first_at_ms, HOUR)
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return unreadable(e),
+            }
+        }
+        if let (true, Some(max)) = (exec, self.quotas.cells_per_session_per_minute()) {
+            const MINUTE: u64 = 60_000;
+            let filter = session_filter
+                .kind("exec")
+                .since_ms(now.saturating_sub(MINUTE));
+            match self.store.usage_totals(&filter).await {
+                Ok(used) if used.calls >= max => {
+                    return refuse(format!(
+                        "quota exceeded: cells_per_session_per_minute ({} of {max} cells in the last minute); it frees in {} s.",
+                        used.calls,
+                        frees_in(used.first_at_ms, MINUTE)
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => return unreadable(e),
+            }
+        }
+        None
     }
 
     /// Sums the usage ledger (operations.md §4.2): one record per `exec` /

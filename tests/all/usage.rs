@@ -150,3 +150,67 @@ fn quickcell_usage_sums_what_cli_calls_used() {
     assert_eq!(status, 2);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `cells_per_session_per_minute`: within it calls run (obeyed); past it
+/// an `exec` fails before any guest code runs with `quota_exceeded`,
+/// naming the quota and when it frees (violated); another session is
+/// unaffected.
+#[tokio::test]
+async fn the_cell_rate_quota_refuses_before_anything_runs() {
+    let rt = Runtime::builder()
+        .quotas(quickcell::Quotas::default().with_cells_per_session_per_minute(2))
+        .build()
+        .await
+        .unwrap();
+    let cell = |who: &str| ExecInput::new("t", "text('ran'); return 1").with_owner(owner(who));
+    for _ in 0..2 {
+        assert_eq!(crate::value(&rt.exec(cell("alice")).await), json!(1));
+    }
+    let r = rt.exec(cell("alice")).await;
+    let f = failed(&r);
+    assert_eq!(f.code, quickcell::ErrorCode::QuotaExceeded);
+    assert_eq!(f.failure_phase, quickcell::FailurePhase::Input);
+    assert!(f.output.is_empty() && !f.bridge_dispatch_started);
+    assert!(
+        f.error.starts_with("quota exceeded: cells_per_session_per_minute (2 of 2 cells in the last minute); it frees in "),
+        "{}",
+        f.error
+    );
+    assert_eq!(crate::json(&r)["code"], "quota_exceeded");
+    // Refused calls are not recorded.
+    assert_eq!(rt.usage(&UsageFilter::all().session("alice")).await.unwrap().calls, 2);
+    assert_eq!(crate::value(&rt.exec(cell("bob")).await), json!(1));
+}
+
+/// `fuel_per_session_per_hour`: once a session has used it, its `exec` is
+/// refused and so is a `wait` — whose run stays parked, intact: a runtime
+/// without the quota over the same store resumes it.
+#[tokio::test]
+async fn the_fuel_quota_refuses_exec_and_wait_and_loses_nothing() {
+    let dir = std::env::temp_dir().join(format!("quickcell-quota-{}", uuid::Uuid::new_v4()));
+    let limited = Runtime::builder()
+        .state_dir(&dir)
+        .quotas(quickcell::Quotas::default().with_fuel_per_session_per_hour(1))
+        .build()
+        .await
+        .unwrap();
+    let alice = owner("alice");
+    let r = limited
+        .exec(ExecInput::new("park", "await yield_control(); return 'kept'").with_owner(alice.clone()))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    for r in [
+        limited.exec(ExecInput::new("again", "return 1").with_owner(alice.clone())).await,
+        limited.wait(WaitInput::new(&id).with_owner(alice.clone())).await,
+    ] {
+        let f = failed(&r);
+        assert_eq!(f.code, quickcell::ErrorCode::QuotaExceeded);
+        assert!(f.error.starts_with("quota exceeded: fuel_per_session_per_hour ("), "{}", f.error);
+        assert!(f.error.contains("of 1 fuel used in the last hour"), "{}", f.error);
+    }
+    drop(limited);
+    let open = Runtime::builder().state_dir(&dir).build().await.unwrap();
+    let r = open.wait(WaitInput::new(&id).with_owner(alice)).await;
+    assert_eq!(crate::value(&r), json!("kept"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -172,6 +172,16 @@ pub(super) fn host_fault(error: String) -> Ending {
     }
 }
 
+/// A call refused over a quota (`quota_exceeded`, phase input): nothing
+/// ran.
+pub(crate) fn quota_failure(error: String, telemetry: Telemetry) -> CellResult {
+    let mut result = input_failure(error, telemetry);
+    if let CellResult::Failed(f) = &mut result {
+        f.code = ErrorCode::QuotaExceeded;
+    }
+    result
+}
+
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
@@ -364,7 +374,7 @@ pub(super) fn aborted(telemetry: Telemetry) -> CellResult {
     })
 }
 
-pub(super) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
+pub(crate) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
         untrusted_source: None,

@@ -53,7 +53,7 @@ use crate::result::{
 use crate::source;
 use crate::store::{ClaimRefused, Owner, ParkedRun};
 use finish::*;
-pub(crate) use finish::{host_panic, input_failure};
+pub(crate) use finish::{host_failure, host_panic, input_failure, quota_failure};
 use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
 use restore::restore;
 use runs::{RunRegistry, SlotGuard};

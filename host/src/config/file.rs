@@ -68,6 +68,7 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             .tool_search
             .map(RawToolSearch::config)
             .unwrap_or_default(),
+        quotas: raw.quotas.map(RawQuotas::quotas).unwrap_or_default(),
     })
 }
 
@@ -83,6 +84,24 @@ struct RawConfig {
     mcp: Option<RawMcp>,
     policy: Option<Spanned<RawPolicy>>,
     tool_search: Option<RawToolSearch>,
+    quotas: Option<RawQuotas>,
+}
+
+/// `[quotas]`: a positive integer sets a quota; anything else, none.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawQuotas {
+    fuel_per_session_per_hour: Option<Setting>,
+    cells_per_session_per_minute: Option<Setting>,
+}
+
+impl RawQuotas {
+    fn quotas(self) -> super::Quotas {
+        let value = |s: Option<Setting>| s.map_or(0, Setting::value);
+        super::Quotas::default()
+            .with_fuel_per_session_per_hour(value(self.fuel_per_session_per_hour))
+            .with_cells_per_session_per_minute(value(self.cells_per_session_per_minute))
+    }
 }
 
 /// `[tool_search]` (tool-search.md §2.1).
@@ -776,7 +795,7 @@ mod tests {
         let tool =
             "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
         for (text, want) in [
-            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search"),
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
             ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
@@ -955,5 +974,24 @@ max_await_results_ms = 0
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("fast"), "{e}");
+    }
+
+    #[test]
+    fn quotas_are_read_and_non_positive_means_none() {
+        let q = |text: &str| super::parse(text).unwrap().quotas;
+        assert!(q("").is_empty());
+        let set = q(
+            "[quotas]\nfuel_per_session_per_hour = 5000000\ncells_per_session_per_minute = 30\n",
+        );
+        assert_eq!(set.fuel_per_session_per_hour(), Some(5_000_000));
+        assert_eq!(set.cells_per_session_per_minute(), Some(30));
+        assert!(
+            q("[quotas]\nfuel_per_session_per_hour = 0\ncells_per_session_per_minute = -1\n")
+                .is_empty()
+        );
+        let e = super::parse("[quotas]\nfuel = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quotas.fuel"), "{e}");
     }
 }

@@ -472,6 +472,49 @@ pub struct Config {
     /// instead of Code Mode, in which mode, and its search limits
     /// (tool-search.md §2.1).
     pub tool_search: ToolSearchConfig,
+    /// `[quotas]`: per-session fuel and cell-rate quotas.
+    pub quotas: Quotas,
+}
+
+/// Per-session quotas (operations.md §4.3), the `[quotas]` table or
+/// [`crate::RuntimeBuilder::quotas`]: none by default. Over a quota an
+/// `exec` fails before any guest code runs with `quota_exceeded` and a
+/// message naming the quota and when it frees; a `wait` over the fuel quota
+/// is refused the same way and its run stays parked. Quotas are read from
+/// the usage ledger, so they hold across every runtime sharing the state
+/// store. (The parked-run and running-cell shares are `[host]`'s.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quotas {
+    fuel_per_session_per_hour: Option<u64>,
+    cells_per_session_per_minute: Option<u64>,
+}
+
+impl Quotas {
+    /// Fuel one session may use in any hour (the ledger's `fuel` over the
+    /// last 3,600 s). Unit: fuel; scope: one session, all runtimes sharing
+    /// the store; default none.
+    pub fn fuel_per_session_per_hour(&self) -> Option<u64> {
+        self.fuel_per_session_per_hour
+    }
+    /// `exec` calls one session may make in any minute. Unit: calls; scope:
+    /// one session, all runtimes sharing the store; default none.
+    pub fn cells_per_session_per_minute(&self) -> Option<u64> {
+        self.cells_per_session_per_minute
+    }
+    /// Sets `fuel_per_session_per_hour` (0: none).
+    pub fn with_fuel_per_session_per_hour(mut self, fuel: u64) -> Self {
+        self.fuel_per_session_per_hour = (fuel > 0).then_some(fuel);
+        self
+    }
+    /// Sets `cells_per_session_per_minute` (0: none).
+    pub fn with_cells_per_session_per_minute(mut self, cells: u64) -> Self {
+        self.cells_per_session_per_minute = (cells > 0).then_some(cells);
+        self
+    }
+    /// Whether any quota is set.
+    pub fn is_empty(&self) -> bool {
+        self.fuel_per_session_per_hour.is_none() && self.cells_per_session_per_minute.is_none()
+    }
 }
 
 /// Which surface `quickcell serve` offers when Tool Search is active

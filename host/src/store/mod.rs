@@ -244,6 +244,8 @@ pub struct UsageFilter {
     pub session: Option<String>,
     /// Only records at or after this time (Unix milliseconds).
     pub since_ms: Option<u64>,
+    /// Only records of this kind (`exec` or `wait`).
+    pub kind: Option<String>,
 }
 
 impl UsageFilter {
@@ -264,10 +266,17 @@ impl UsageFilter {
         self
     }
 
+    /// Only records of `kind` (`exec` or `wait`).
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
     /// Whether `record` is one of those it selects.
     pub fn selects(&self, record: &UsageRecord) -> bool {
         self.session.as_ref().is_none_or(|s| *s == record.session)
             && self.since_ms.is_none_or(|t| record.at_ms >= t)
+            && self.kind.as_ref().is_none_or(|k| *k == record.kind)
     }
 }
 
@@ -290,6 +299,8 @@ pub struct UsageTotals {
     pub output_bytes: u64,
     /// Snapshot bytes.
     pub snapshot_bytes: u64,
+    /// When the oldest record summed was written (Unix milliseconds).
+    pub first_at_ms: Option<u64>,
 }
 
 impl UsageTotals {
@@ -302,6 +313,10 @@ impl UsageTotals {
         self.tool_calls = self.tool_calls.saturating_add(record.tool_calls);
         self.output_bytes = self.output_bytes.saturating_add(record.output_bytes);
         self.snapshot_bytes = self.snapshot_bytes.saturating_add(record.snapshot_bytes);
+        self.first_at_ms = Some(
+            self.first_at_ms
+                .map_or(record.at_ms, |t| t.min(record.at_ms)),
+        );
     }
 }
 

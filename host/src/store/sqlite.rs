@@ -445,6 +445,10 @@ fn usage_where(filter: &UsageFilter) -> (String, Vec<rusqlite::types::Value>) {
         clauses.push("at_ms >= ?");
         values.push(V::Integer(to_i64(since)));
     }
+    if let Some(kind) = &filter.kind {
+        clauses.push("kind = ?");
+        values.push(V::Text(kind.clone()));
+    }
     let clause = if clauses.is_empty() {
         String::new()
     } else {
@@ -470,7 +474,7 @@ impl Db {
     fn usage_totals(&self, filter: &UsageFilter) -> anyhow::Result<UsageTotals> {
         let (clause, values) = usage_where(filter);
         let sql = format!(
-            "SELECT COUNT(*), TOTAL(fuel), TOTAL(wall_ms), TOTAL(guest_us), TOTAL(tool_calls), TOTAL(output_bytes), TOTAL(snapshot_bytes) FROM usage {clause}"
+            "SELECT COUNT(*), TOTAL(fuel), TOTAL(wall_ms), TOTAL(guest_us), TOTAL(tool_calls), TOTAL(output_bytes), TOTAL(snapshot_bytes), MIN(at_ms) FROM usage {clause}"
         );
         let conn = self.conn();
         // TOTAL is a float sum (it cannot overflow); fuel sums stay exact
@@ -485,6 +489,7 @@ impl Db {
                 tool_calls: n(4)?,
                 output_bytes: n(5)?,
                 snapshot_bytes: n(6)?,
+                first_at_ms: row.get::<_, Option<i64>>(7)?.map(|t| t.max(0) as u64),
             })
         })?;
         Ok(totals)

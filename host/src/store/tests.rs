@@ -233,6 +233,15 @@ async fn the_ledger_sums_and_lists_what_a_filter_selects() {
             .await
             .unwrap();
         assert_eq!((later.calls, later.fuel), (1, 11));
+        let waits = store
+            .usage_totals(&UsageFilter::all().kind("wait"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (waits.calls, waits.fuel, waits.first_at_ms),
+            (1, 11, Some(300))
+        );
+        assert_eq!(s.first_at_ms, Some(100));
         let none = store
             .usage_totals(&UsageFilter::all().session("x"))
             .await
