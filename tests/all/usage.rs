@@ -178,7 +178,13 @@ async fn the_cell_rate_quota_refuses_before_anything_runs() {
     );
     assert_eq!(crate::json(&r)["code"], "quota_exceeded");
     // Refused calls are not recorded.
-    assert_eq!(rt.usage(&UsageFilter::all().session("alice")).await.unwrap().calls, 2);
+    assert_eq!(
+        rt.usage(&UsageFilter::all().session("alice"))
+            .await
+            .unwrap()
+            .calls,
+        2
+    );
     assert_eq!(crate::value(&rt.exec(cell("bob")).await), json!(1));
 }
 
@@ -196,17 +202,33 @@ async fn the_fuel_quota_refuses_exec_and_wait_and_loses_nothing() {
         .unwrap();
     let alice = owner("alice");
     let r = limited
-        .exec(ExecInput::new("park", "await yield_control(); return 'kept'").with_owner(alice.clone()))
+        .exec(
+            ExecInput::new("park", "await yield_control(); return 'kept'")
+                .with_owner(alice.clone()),
+        )
         .await;
     let id = waiting(&r).run_id.clone();
     for r in [
-        limited.exec(ExecInput::new("again", "return 1").with_owner(alice.clone())).await,
-        limited.wait(WaitInput::new(&id).with_owner(alice.clone())).await,
+        limited
+            .exec(ExecInput::new("again", "return 1").with_owner(alice.clone()))
+            .await,
+        limited
+            .wait(WaitInput::new(&id).with_owner(alice.clone()))
+            .await,
     ] {
         let f = failed(&r);
         assert_eq!(f.code, quickcell::ErrorCode::QuotaExceeded);
-        assert!(f.error.starts_with("quota exceeded: fuel_per_session_per_hour ("), "{}", f.error);
-        assert!(f.error.contains("of 1 fuel used in the last hour"), "{}", f.error);
+        assert!(
+            f.error
+                .starts_with("quota exceeded: fuel_per_session_per_hour ("),
+            "{}",
+            f.error
+        );
+        assert!(
+            f.error.contains("of 1 fuel used in the last hour"),
+            "{}",
+            f.error
+        );
     }
     drop(limited);
     let open = Runtime::builder().state_dir(&dir).build().await.unwrap();
