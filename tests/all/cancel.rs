@@ -173,12 +173,8 @@ fn quickcell_cancel_removes_a_run_parked_by_another_process() {
     let state = dir.join("state");
     let state = state.to_str().unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
-            .args(args)
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        (out.status.code().unwrap(), v)
+        let (status, v, _) = crate::quickcell(args);
+        (status, v)
     };
     let (status, v) = run(&[
         "exec",

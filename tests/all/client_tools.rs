@@ -289,12 +289,8 @@ fn a_client_tool_call_is_answered_after_a_restart() {
     let state = dir.join("state");
     let state = state.to_str().unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
-            .args(args)
-            .output()
-            .unwrap();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        (out.status.code().unwrap(), v)
+        let (status, v, _) = crate::quickcell(args);
+        (status, v)
     };
     let input = json!({
         "title": "ask",

@@ -88,3 +88,17 @@ pub fn texts(result: &CellResult) -> Vec<String> {
         .map(|e| e["text"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Runs the `quickcell` binary with `args`: its exit status, its stdout as
+/// JSON (`null` when it is not), and its stderr.
+pub fn quickcell(args: &[&str]) -> (i32, Value, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        serde_json::from_slice(&out.stdout).unwrap_or_default(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}

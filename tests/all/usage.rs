@@ -6,7 +6,7 @@ use crate::bridge::t;
 use crate::{failed, waiting};
 use quickcell::store::UsageFilter;
 use quickcell::{CellResult, ExecInput, Owner, Runtime, ToolRegistry, WaitInput};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::sync::Arc;
 
 fn owner(session: &str) -> Owner {
@@ -103,17 +103,7 @@ fn quickcell_usage_sums_what_cli_calls_used() {
     let dir = std::env::temp_dir().join(format!("quickcell-usage-{}", uuid::Uuid::new_v4()));
     let state = dir.join("state");
     let state = state.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap(),
-            serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let run = crate::quickcell;
     let mut reported = 0;
     for code in ["return 1", "return [1, 2, 3].map((n) => n * 2)"] {
         let (status, v, _) = run(&["exec", "--state-dir", state, "--code", code]);
