@@ -258,6 +258,9 @@ fn usage_error(message: impl std::fmt::Display) -> ExitCode {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Each span (exec, wait, tool_call, checkpoint, restore) is printed
+        // once, when it closes, with its fields and its time.
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

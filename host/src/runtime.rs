@@ -15,6 +15,7 @@ use crate::tools::mcp::{McpClients, McpServerConfig};
 use quickcell_catalog::{Catalog, Policy};
 use std::path::PathBuf;
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 /// Runs `call` to its end, or `None` if it panicked: a panic in one cell's
 /// host code ends that cell (the caller turns it into its
@@ -252,6 +253,60 @@ fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
     )))
 }
 
+/// The span of one `exec` or `wait` call (operations.md §4.4): its fields
+/// are filled in when the call ends ([`record_call`]). The outer `exec`
+/// span carries `toolKind` and `toolInputKind` (contract §1).
+fn call_span(kind: &'static str, session: &str) -> tracing::Span {
+    use tracing::field::Empty;
+    match kind {
+        "exec" => tracing::info_span!(
+            "exec",
+            toolKind = "code_mode_exec",
+            toolInputKind = "javascript",
+            session = %session,
+            run_id = Empty,
+            fuel = Empty,
+            tool_calls = Empty,
+            output_bytes = Empty,
+            snapshot_bytes = Empty,
+            outcome = Empty,
+        ),
+        _ => tracing::info_span!(
+            "wait",
+            session = %session,
+            run_id = Empty,
+            fuel = Empty,
+            tool_calls = Empty,
+            output_bytes = Empty,
+            snapshot_bytes = Empty,
+            outcome = Empty,
+        ),
+    }
+}
+
+/// Fills in a call span's fields from its result and statistics.
+fn record_call(span: &tracing::Span, result: &CellResult, stats: &CallStats) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if let Some(run_id) = result.run_id() {
+        span.record("run_id", run_id);
+    }
+    span.record("fuel", result.telemetry().fuel_used);
+    span.record("tool_calls", stats.tool_calls.load(Relaxed));
+    span.record(
+        "output_bytes",
+        crate::output::output_len(result.output()) as u64,
+    );
+    span.record("snapshot_bytes", stats.snapshot_bytes.load(Relaxed));
+    let outcome = match result {
+        CellResult::Failed(f) => serde_json::to_value(f.code)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        other => other.status().to_string(),
+    };
+    span.record("outcome", outcome.as_str());
+}
+
 /// How long [`Runtime::close_session`] waits for the session's cancelled
 /// cells to end before it releases what the session holds.
 const CLOSE_SESSION_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -392,11 +447,14 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry, &stats);
+        let span = call_span("exec", &input.owner.session);
         let result = self
             .admitted(&input.owner.session, |session| {
                 cell::exec(&env, &input, session)
             })
+            .instrument(span.clone())
             .await;
+        record_call(&span, &result, &stats);
         self.ledger
             .record("exec", &input.owner, None, &result, started, &stats)
             .await;
@@ -439,11 +497,15 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry, &stats);
+        let span = call_span("wait", &input.owner.session);
+        span.record("run_id", input.run_id.as_str());
         let result = self
             .admitted(&input.owner.session, |session| {
                 cell::wait(&env, &input, session)
             })
+            .instrument(span.clone())
             .await;
+        record_call(&span, &result, &stats);
         let run_id = Some(input.run_id.as_str()).filter(|id| !id.is_empty());
         self.ledger
             .record("wait", &input.owner, run_id, &result, started, &stats)

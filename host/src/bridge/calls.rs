@@ -10,6 +10,7 @@ use crate::tools::ToolErrorCode;
 use quickcell_catalog::SourceKind;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 /// Message of a restart-safe cell calling a tool that is not replay-safe.
 pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot call tool surfaces that are not proven replay-safe; use audited read, grep, or find tools.";
@@ -137,6 +138,7 @@ pub(crate) fn start(
             },
         )),
     };
+    let (tool_name, tool_source) = (prepared.display_name.clone(), prepared.source.as_str());
     let token = CancellationToken::new();
     let catalog = tools.catalog.clone();
     let call_token = token.clone();
@@ -171,6 +173,22 @@ pub(crate) fn start(
             }
         }
     };
+    let span = tracing::info_span!(
+        "tool_call",
+        tool = %tool_name,
+        source = tool_source,
+        outcome = tracing::field::Empty,
+        ms = tracing::field::Empty,
+    );
+    let call = async move {
+        let started = std::time::Instant::now();
+        let settlement = call.await;
+        let span = tracing::Span::current();
+        span.record("ms", started.elapsed().as_millis() as u64);
+        span.record("outcome", if settlement.ok { "ok" } else { "error" });
+        settlement
+    }
+    .instrument(span);
     Start::Work(Work {
         future: Box::pin(call),
         token: Some(token),

@@ -416,7 +416,14 @@ pub(crate) async fn wait(
     }
     let resuming = env.runs.resuming(run_id);
     cancel.run = resuming.token.clone();
-    match restore(env, run_id, claimed, live, cancel, input).await {
+    let restoring =
+        tracing::info_span!("restore", run_id = %run_id, session = %input.owner.session);
+    let restored = tracing::Instrument::instrument(
+        restore(env, run_id, claimed, live, cancel, input),
+        restoring,
+    )
+    .await;
+    match restored {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {
             // A runtime that cannot start, or answers the run does not

@@ -4,8 +4,28 @@
 use super::*;
 
 impl LiveCell {
-    /// Checkpoints the cell and parks it (contract §9.3).
-    pub(super) async fn park(mut self, env: &CellEnv<'_>) -> CellResult {
+    /// Checkpoints the cell and parks it (contract §9.3), in a
+    /// `checkpoint` span with the run id and the snapshot's size.
+    pub(super) async fn park(self, env: &CellEnv<'_>) -> CellResult {
+        let span = tracing::info_span!(
+            "checkpoint",
+            session = %self.owner.session,
+            run_id = tracing::field::Empty,
+            snapshot_bytes = tracing::field::Empty,
+        );
+        let result =
+            tracing::Instrument::instrument(self.checkpoint_and_park(env), span.clone()).await;
+        if let Some(run_id) = result.run_id() {
+            span.record("run_id", run_id);
+        }
+        span.record(
+            "snapshot_bytes",
+            env.stats.snapshot_bytes.load(Ordering::Relaxed),
+        );
+        result
+    }
+
+    async fn checkpoint_and_park(mut self, env: &CellEnv<'_>) -> CellResult {
         // A cancelled cell ends instead of parking (its run, if it had
         // one, is removed by `end`).
         if self.cancel.is_cancelled() {
