@@ -24,8 +24,8 @@
 //!   length; freeing one gives its pages back.
 //! - **The page pool.** Spans and huge blocks take the lowest free run
 //!   that fits before the memory grows (`memory.grow`).
-//!   [`release_free_pages`] (run at a checkpoint, after any garbage
-//!   collection) counts the free blocks of every span page by walking the
+//!   [`release_free_pages`] (run when the cell goes idle, after a
+//!   garbage collection) counts the free blocks of every span page by walking the
 //!   free lists, gives the span pages whose blocks are all free back to the
 //!   pool and zeroes every free page; the fast paths count nothing. A
 //!   zeroed page beyond the module's image equals fresh memory, so a
@@ -219,8 +219,8 @@ unsafe fn take_pages(n: usize) -> Option<usize> {
     Some(previous)
 }
 
-/// Gives the pages `first..first + n` back to the pool (to be zeroed at
-/// the next checkpoint).
+/// Gives the pages `first..first + n` back to the pool (to be zeroed by
+/// the next [`release_free_pages`]).
 unsafe fn give_pages(first: usize, n: usize) {
     let s = state();
     (&mut *PAGE_CLASS.0.get())[first..first + n].fill(FREE_DIRTY);

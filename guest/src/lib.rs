@@ -662,15 +662,33 @@ thread_local! {
     static HEAP_LIMIT: RefCell<usize> = const { RefCell::new(usize::MAX) };
 }
 
-/// A checkpoint collects garbage only once the allocator has handed out
-/// this many bytes of new spans and large blocks since the last checkpoint
-/// that did (or since the cell started). A collection rewrites the list
-/// links and marks of every object in the heap, the pre-initialized
-/// runtime's included, so on a small heap it dirties more pages (~28 pages,
-/// 112 KiB, for a one-tool cell) than the garbage it could free. Garbage
-/// without cycles is freed when it is dropped, and QuickJS also collects on
-/// its own as its heap grows.
+/// When a cell goes idle — a `start` or `settle` returns with the cell's
+/// promise still pending, the only points where the host may checkpoint
+/// it — the guest collects garbage and zeroes its free pages, but only
+/// once the allocator has handed out this many bytes of new spans and
+/// large blocks since the last such collection (or since the cell
+/// started). A collection rewrites the list links and marks of every
+/// object in the heap, the pre-initialized runtime's included, so on a
+/// small heap it dirties more pages (~28 pages, 112 KiB, for a one-tool
+/// cell) than the garbage it could free. Garbage without cycles is freed
+/// when it is dropped, and QuickJS also collects on its own as its heap
+/// grows.
+///
+/// This runs whether or not the host then parks the cell, and the cell is
+/// charged its fuel: a checkpoint itself changes nothing in the guest, so
+/// a cell spends the same fuel parked and resumed as completed inline
+/// (operations.md §4.1).
 const COLLECT_AFTER_BYTES: u64 = 1 << 20;
+
+/// The idle-point upkeep described at [`COLLECT_AFTER_BYTES`].
+fn collect_if_idle(state: &State) {
+    if FINISHED.get() || alloc::allocated_bytes() < COLLECT_AFTER_BYTES {
+        return;
+    }
+    unsafe { qjs::JS_RunGC(runtime_ptr(state)) };
+    alloc::reset_allocated_bytes();
+    alloc::release_free_pages();
+}
 
 struct Component;
 
@@ -737,6 +755,7 @@ impl Guest for Component {
                 }
             });
             drain_jobs(state);
+            collect_if_idle(state);
             status_json(state)
         })
     }
@@ -750,6 +769,7 @@ impl Guest for Component {
                 }
             });
             drain_jobs(state);
+            collect_if_idle(state);
             FINISHED.get()
         })
     }
@@ -758,12 +778,9 @@ impl Guest for Component {
         with_state(status_json)
     }
 
+    /// Changes nothing: the upkeep a snapshot benefits from ran when the
+    /// cell went idle ([`collect_if_idle`]).
     fn checkpoint() -> u32 {
-        if alloc::allocated_bytes() >= COLLECT_AFTER_BYTES {
-            with_state(|state| unsafe { qjs::JS_RunGC(runtime_ptr(state)) });
-            alloc::reset_allocated_bytes();
-        }
-        alloc::release_free_pages();
         alloc::page_kinds() as u32
     }
 

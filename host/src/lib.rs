@@ -265,12 +265,12 @@ pub mod testing {
                         return;
                     }
                     // Timers and yields do not settle at once; anything else
-                    // settles within the first batch or two.
+                    // settles first.
                     if method == "yield" || method == "sleep" {
                         return;
                     }
                     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-                    let settled = bridge.next_batch(Some(deadline)).await.unwrap_or_default();
+                    let settled = bridge.next_settlement(Some(deadline)).await.flatten();
                     assert!(
                         settled.iter().all(|s| s.id == 1),
                         "a settlement of another id"

@@ -17,6 +17,7 @@ mod limits;
 mod mcp;
 mod mcp_client;
 mod mcp_control;
+mod metering;
 mod observability;
 mod output;
 mod policy;

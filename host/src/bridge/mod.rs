@@ -209,7 +209,8 @@ pub(crate) struct Bridge {
     in_flight: JoinSet<Settlement>,
     tokens: HashMap<u64, CancellationToken>,
     queued: VecDeque<BridgeRequest>,
-    ready: Vec<Settlement>,
+    /// Settlements waiting for delivery, oldest first.
+    ready: VecDeque<Settlement>,
     yields: Vec<u64>,
     outstanding: BTreeMap<u64, Outstanding>,
     /// Largest settlement value delivered to the guest, in bytes of JSON.
@@ -242,7 +243,7 @@ impl Bridge {
             in_flight: JoinSet::new(),
             tokens: HashMap::new(),
             queued: VecDeque::new(),
-            ready: Vec::new(),
+            ready: VecDeque::new(),
             yields: Vec::new(),
             outstanding: BTreeMap::new(),
             reply_inbox_bytes: usize::MAX,
@@ -392,12 +393,12 @@ impl Bridge {
         if !state.store_writes.is_empty() {
             bridge.session_store = Some(CellSessionStore::restored(state.store_writes));
         }
-        bridge.ready = state.ready;
+        bridge.ready = state.ready.into();
         bridge.yields = state.yields;
         let mut outstanding = state.outstanding;
         for settlement in recorded {
             if outstanding.remove(&settlement.id).is_some() {
-                bridge.ready.push(settlement);
+                bridge.ready.push_back(settlement);
             }
         }
         let now = unix_ms();
@@ -409,7 +410,9 @@ impl Bridge {
                 continue;
             }
             if request.started && !request.replay_safe {
-                bridge.ready.push(err(id, EFFECT_UNKNOWN, "tool_error"));
+                bridge
+                    .ready
+                    .push_back(err(id, EFFECT_UNKNOWN, "tool_error"));
                 continue;
             }
             let args_json = match request.due_unix_ms {
@@ -434,7 +437,7 @@ impl Bridge {
     pub(crate) fn parked_state(&self) -> BridgeState {
         BridgeState {
             outstanding: self.outstanding.clone(),
-            ready: self.ready.clone(),
+            ready: self.ready.iter().cloned().collect(),
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
             store_writes: self
@@ -454,7 +457,7 @@ impl Bridge {
     pub(crate) fn release_yields(&mut self) {
         for id in std::mem::take(&mut self.yields) {
             self.outstanding.remove(&id);
-            self.ready.push(ok_null(id));
+            self.ready.push_back(ok_null(id));
         }
     }
 
@@ -519,7 +522,7 @@ impl Bridge {
             if let Some(progress) = &self.progress {
                 progress.tool_settled(None);
             }
-            self.ready.push(settlement);
+            self.ready.push_back(settlement);
         }
     }
 
@@ -596,7 +599,7 @@ impl Bridge {
             } else if let Some(pos) = self.queued.iter().position(|r| r.id == id) {
                 self.queued.remove(pos);
                 self.outstanding.remove(&id);
-                self.ready.push(ok_null(id));
+                self.ready.push_back(ok_null(id));
             }
         }
     }
@@ -619,26 +622,12 @@ impl Bridge {
         self.pump();
     }
 
-    /// Settlements ready for the guest, taken: the oldest ones, as many as
-    /// fit the reply inbox in bytes (always at least one). The rest stay
-    /// ready for the next batch, so one delivery — and the JSON text built
-    /// for it — never holds more than the inbox plus one reply.
-    pub(crate) fn take_ready(&mut self) -> Vec<Settlement> {
-        let mut bytes = 0usize;
-        let fit = self
-            .ready
-            .iter()
-            .take_while(|s| {
-                let first = bytes == 0;
-                bytes = bytes.saturating_add(s.bytes());
-                first || bytes <= self.reply_inbox_bytes
-            })
-            .count();
-        if fit == self.ready.len() {
-            return std::mem::take(&mut self.ready);
-        }
-        let rest = self.ready.split_off(fit);
-        std::mem::replace(&mut self.ready, rest)
+    /// The oldest settlement ready for the guest, taken: settlements are
+    /// delivered one per guest call, so the guest's work — and the fuel it
+    /// is charged — depends on the order of the settlements and not on how
+    /// many happened to be ready at once (operations.md §4.1).
+    pub(crate) fn take_ready(&mut self) -> Option<Settlement> {
+        self.ready.pop_front()
     }
 
     /// Bytes of the settlements waiting for delivery.
@@ -761,7 +750,7 @@ impl Bridge {
         let work = match start {
             Start::Settled(settlement) => {
                 let settlement = self.fit_inbox(settlement, method);
-                self.ready.push(settlement);
+                self.ready.push_back(settlement);
                 return true;
             }
             Start::Work(work) => work,
@@ -788,7 +777,7 @@ impl Bridge {
                     None
                 };
                 if let Some(message) = refusal {
-                    self.ready.push(err(id, message, "invalid_input"));
+                    self.ready.push_back(err(id, message, "invalid_input"));
                     return true;
                 }
                 if let Some(o) = self.outstanding.get_mut(&id) {
@@ -824,12 +813,12 @@ impl Bridge {
         match first_poll {
             Ok(Poll::Ready(settlement)) => {
                 let settlement = self.fit_inbox(settlement, method);
-                self.ready.push(settlement);
+                self.ready.push_back(settlement);
                 return replay_safe;
             }
             Ok(Poll::Pending) => {}
             Err(_) => {
-                self.ready.push(tool_panicked(id));
+                self.ready.push_back(tool_panicked(id));
                 return replay_safe;
             }
         }
@@ -863,14 +852,14 @@ impl Bridge {
         }
     }
 
-    /// Waits for the next settlements: everything already settled, or the
-    /// first request to settle, whichever comes first. `None` when the
-    /// deadline passes first.
-    /// Without a deadline it waits as long as requests run.
-    pub(crate) async fn next_batch(
+    /// Waits for the next settlement to deliver: the oldest ready one, or
+    /// else the first request to settle. `Some(None)` when nothing was
+    /// running; `None` when the deadline passes first. Without a deadline
+    /// it waits as long as requests run.
+    pub(crate) async fn next_settlement(
         &mut self,
         deadline: Option<Instant>,
-    ) -> Option<Vec<Settlement>> {
+    ) -> Option<Option<Settlement>> {
         if self.ready.is_empty() && !self.in_flight.is_empty() {
             let sleep = async {
                 match deadline {
@@ -921,7 +910,7 @@ impl Bridge {
         let joined = self.in_flight.join_next().await?;
         self.settled(joined);
         self.pump();
-        Some(self.ready[before..].to_vec())
+        Some(self.ready.range(before..).cloned().collect())
     }
 
     fn settled(&mut self, result: Result<Settlement, tokio::task::JoinError>) {
@@ -936,7 +925,7 @@ impl Bridge {
                         progress.tool_settled(calls::callable(&request.args_json).as_deref());
                     }
                 }
-                self.ready.push(settlement);
+                self.ready.push_back(settlement);
             }
             // Tasks only end this way when aborted, which happens only when
             // the bridge is dropped.

@@ -46,7 +46,9 @@ impl LiveCell {
                 return self.end(env, bridge_failure(message)).await;
             }
             // `None`: the cell's promise has not settled yet.
-            match ending_from_status(&json) {
+            let ending = ending_from_status(&json);
+            self.guest_finished = ending.is_some();
+            match ending {
                 Some(ending @ Ending::Failed { .. }) => return self.end(env, ending).await,
                 Some(ending) if !self.bridge.has_work() => return self.end(env, ending).await,
                 None if !self.bridge.has_work() => {
@@ -109,7 +111,7 @@ impl LiveCell {
                 let allowance = bound.saturating_sub(self.awaited);
                 let waiting_since = process_nanos();
                 let batch = tokio::select! {
-                    batch = self.bridge.next_batch(Some(Instant::now() + allowance)) => batch,
+                    batch = self.bridge.next_settlement(Some(Instant::now() + allowance)) => batch,
                     () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
                 };
                 let waited = process_nanos().saturating_sub(waiting_since);
@@ -163,8 +165,8 @@ impl LiveCell {
                     };
                     let blocked_since = process_nanos();
                     let batch = tokio::select! {
-                        batch = self.bridge.next_batch(until) => batch,
-                        () = approval_changed => Some(Vec::new()),
+                        batch = self.bridge.next_settlement(until) => batch,
+                        () = approval_changed => Some(None),
                         () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
                     };
                     if awaiting {
@@ -173,18 +175,17 @@ impl LiveCell {
                         let deadline = &mut self.store.data_mut().deadline_ns;
                         *deadline = deadline.saturating_add(blocked);
                         // The bound ran out while blocked: go on as usual.
-                        batch.or(Some(Vec::new()))
+                        batch.or(Some(None))
                     } else {
                         batch
                     }
                 }
             };
             match batch {
-                Some(batch) if batch.is_empty() => status = Ok(json),
-                Some(batch) => {
-                    let results = serde_json::to_string(&batch).unwrap_or_default();
+                Some(None) => status = Ok(json),
+                Some(Some(settlement)) => {
                     let guest_started = Instant::now();
-                    status = self.exports.settle(&mut self.store, &results).await;
+                    status = self.exports.settle(&mut self.store, &settlement).await;
                     env.stats.guest_since(guest_started);
                 }
                 None => return self.park(env).await,

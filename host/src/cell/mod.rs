@@ -157,6 +157,11 @@ struct HostState {
     /// ([`CellTools::digest`]).
     #[serde(default)]
     catalog_digest: String,
+    /// Whether the cell's promise had settled when it parked (it waited on
+    /// detached requests). `None` in snapshots from before this field: the
+    /// restore then asks the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    guest_finished: Option<bool>,
 }
 
 /// A cell with a live instance, during one call.
@@ -181,6 +186,9 @@ struct LiveCell {
     cancel: CancelOn,
     /// The bridge's count of started tool calls when this call began.
     tool_calls_before: u64,
+    /// Whether the guest's latest status had an outcome (its promise had
+    /// settled); a snapshot keeps it, so a restore need not ask the guest.
+    guest_finished: bool,
 }
 
 /// Margin before the deadline at which a cell waiting on host work parks
@@ -342,6 +350,7 @@ pub(crate) async fn exec(
         fuel_start,
         cancel,
         tool_calls_before: 0,
+        guest_finished: false,
     };
     cell.drive(env, status).await
 }

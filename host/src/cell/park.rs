@@ -93,6 +93,7 @@ impl LiveCell {
             bridge: self.bridge.parked_state(),
             client_tools: self.bridge.declared_client_tools().to_vec(),
             catalog_digest: self.bridge.catalog_digest().to_string(),
+            guest_finished: Some(self.guest_finished),
         };
         let host_json = serde_json::to_vec(&host).expect("host state serializes");
         let stack_pointer = self

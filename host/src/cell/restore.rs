@@ -166,17 +166,15 @@ pub(super) async fn restore(
     let tool_calls_before = bridge.tool_calls_started();
     bridge.release_yields();
     bridge.collect_finished();
-    let batch = bridge.take_ready();
     let guest_started = Instant::now();
-    let status = if batch.is_empty() {
-        exports.status(&mut store).await
-    } else {
-        exports
-            .settle(
-                &mut store,
-                &serde_json::to_string(&batch).unwrap_or_default(),
-            )
-            .await
+    let status = match bridge.take_ready() {
+        Some(settlement) => exports.settle(&mut store, &settlement).await,
+        // Asking the guest would cost fuel (and allocate) that the cell,
+        // had it not parked, would not have spent.
+        None if host.guest_finished == Some(false) => {
+            Ok(crate::guest_abi::PENDING_STATUS.to_string())
+        }
+        None => exports.status(&mut store).await,
     };
     env.stats.guest_since(guest_started);
     let cell = LiveCell {
@@ -199,6 +197,7 @@ pub(super) async fn restore(
         fuel_start,
         cancel,
         tool_calls_before,
+        guest_finished: host.guest_finished.unwrap_or(false),
     };
     Ok((cell, status))
 }

@@ -664,14 +664,16 @@ impl GuestExports {
         .await
     }
 
-    /// Calls `cell.settle(results-json)` and returns the status JSON: the
-    /// pending status without another call while the cell has no outcome.
+    /// Calls `cell.settle(results-json)` with one settlement and returns
+    /// the status JSON: the pending status without another call while the
+    /// cell has no outcome.
     pub(crate) async fn settle(
         &self,
         store: &mut Store<CellState>,
-        results_json: &str,
+        settlement: &crate::bridge::Settlement,
     ) -> wasmtime::Result<String> {
-        let (rp, rl) = self.pass_string(store, results_json).await?;
+        let results_json = serde_json::to_string(&[settlement]).unwrap_or_default();
+        let (rp, rl) = self.pass_string(store, &results_json).await?;
         let finished = before_deadline(
             store.data().stop(),
             self.settle.call_async(&mut *store, (rp, rl)),
