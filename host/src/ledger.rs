@@ -57,13 +57,7 @@ impl Ledger {
         stats: &CallStats,
     ) {
         let outcome = match result {
-            CellResult::Failed(f) => format!(
-                "failed:{}",
-                serde_json::to_value(f.code)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
-            ),
+            CellResult::Failed(f) => format!("failed:{}", f.code.as_str()),
             other => other.status().to_string(),
         };
         let record = UsageRecord {

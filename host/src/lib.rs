@@ -55,6 +55,7 @@ mod engine;
 mod error;
 mod guest_abi;
 mod input;
+pub mod instruments;
 mod ledger;
 mod output;
 mod progress;

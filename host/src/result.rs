@@ -185,6 +185,24 @@ pub enum ErrorCode {
     QuotaExceeded,
 }
 
+impl ErrorCode {
+    /// The code as the contract spells it (`"quota_exceeded"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidInput => "invalid_input",
+            Self::RuntimeUnavailable => "runtime_unavailable",
+            Self::Aborted => "aborted",
+            Self::Timeout => "timeout",
+            Self::OutputLimitExceeded => "output_limit_exceeded",
+            Self::SnapshotLimitExceeded => "snapshot_limit_exceeded",
+            Self::InternalError => "internal_error",
+            Self::FuelExhausted => "fuel_exhausted",
+            Self::MemoryLimitExceeded => "memory_limit_exceeded",
+            Self::QuotaExceeded => "quota_exceeded",
+        }
+    }
+}
+
 /// Where a failure happened (contract §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

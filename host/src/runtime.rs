@@ -298,13 +298,10 @@ fn record_call(span: &tracing::Span, result: &CellResult, stats: &CallStats) {
     );
     span.record("snapshot_bytes", stats.snapshot_bytes.load(Relaxed));
     let outcome = match result {
-        CellResult::Failed(f) => serde_json::to_value(f.code)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
-        other => other.status().to_string(),
+        CellResult::Failed(f) => f.code.as_str(),
+        other => other.status(),
     };
-    span.record("outcome", outcome.as_str());
+    span.record("outcome", outcome);
 }
 
 /// How long [`Runtime::close_session`] waits for the session's cancelled
@@ -455,6 +452,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .instrument(span.clone())
             .await;
         record_call(&span, &result, &stats);
+        crate::instruments::call_finished("exec", &result);
         self.ledger
             .record("exec", &input.owner, None, &result, started, &stats)
             .await;
@@ -477,7 +475,9 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             );
             return self.with_outage(cell::input_failure(error, self.telemetry()));
         };
+        let running = crate::instruments::Running::start();
         let result = caught(call(active.cancel.clone())).await;
+        drop(running);
         drop(active);
         self.with_outage(result.unwrap_or_else(|| cell::host_panic(self.telemetry())))
     }
@@ -506,6 +506,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .instrument(span.clone())
             .await;
         record_call(&span, &result, &stats);
+        crate::instruments::call_finished("wait", &result);
         let run_id = Some(input.run_id.as_str()).filter(|id| !id.is_empty());
         self.ledger
             .record("wait", &input.owner, run_id, &result, started, &stats)
@@ -609,6 +610,22 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .usage_list(filter, limit)
             .await
             .map_err(|e| Error::state_store("cannot read the usage ledger", e.into()))
+    }
+
+    /// How many runs are parked in the state store, by every runtime that
+    /// shares it; also sets the [`crate::instruments::CELLS_PARKED`] gauge.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be read.
+    pub async fn parked_runs(&self) -> Result<usize, Error> {
+        let runs = self
+            .store
+            .count_runs()
+            .await
+            .map_err(|e| Error::state_store("cannot count the parked runs", e.into()))?;
+        crate::instruments::set_parked(runs);
+        Ok(runs)
     }
 
     /// Waits until the usage records of this runtime's finished calls are

@@ -22,7 +22,8 @@ fn scratch(http: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     (dir, config)
 }
 
-/// `quickcell serve --http` on a free loopback port with the token file.
+/// `quickcell serve --http` on a free loopback port with the token file,
+/// the workspace tools serving this repository.
 fn start(http: &str) -> (HttpServer, u16) {
     let (dir, config) = scratch(http);
     let mut chosen = 0;
@@ -36,7 +37,9 @@ fn start(http: &str) -> (HttpServer, u16) {
             .arg("--auth-token-file")
             .arg(dir.join("token"))
             .arg("--state-dir")
-            .arg(dir.join("state"));
+            .arg(dir.join("state"))
+            .arg("--workspace")
+            .arg(env!("CARGO_MANIFEST_DIR"));
         command
     });
     (server, chosen)
@@ -272,4 +275,109 @@ fn a_non_loopback_bind_without_a_token_is_refused_at_startup() {
     assert_eq!(r.status, 401);
     let r = post(chosen, &[&bearer()], INITIALIZE);
     assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// The `data:` JSON-RPC message of an SSE (or plain JSON) response body.
+fn rpc_message(response: &Response) -> Value {
+    let json = response
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("data:").filter(|d| d.contains("jsonrpc")))
+        .unwrap_or(&response.body);
+    serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {}", response.body))
+}
+
+/// The value of the exposition line that starts with `series ` (a metric
+/// name with its labels as rendered).
+fn sample(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// `GET /metrics`: Prometheus text behind the server's token, counting
+/// what the MCP calls did.
+#[test]
+fn metrics_are_served_behind_the_token_and_count_the_calls() {
+    let (_server, port) = start("");
+    let get_metrics = |extra: &str| {
+        send(
+            port,
+            &format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}{extra}"),
+            b"",
+        )
+    };
+    let refused = get_metrics("");
+    assert_eq!(refused.status, 401);
+    assert!(!refused.body.contains("quickcell_"), "{}", refused.body);
+
+    let init = post(port, &[&bearer()], INITIALIZE);
+    let session = format!("Mcp-Session-Id: {}", init.header("mcp-session-id").unwrap());
+    post(
+        port,
+        &[&bearer(), &session],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let mut fuel = 0;
+    let cells = [
+        "return 1",
+        "await yield_control(); return 2",
+        "throw new Error('no')",
+        "const r = await read({path: 'README.md', limit: 1}); return r.kind",
+    ];
+    for (id, code) in cells.iter().enumerate() {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": id + 2, "method": "tools/call",
+            "params": {"name": "exec", "arguments": {"title": "metrics", "code": code}}});
+        let r = post(port, &[&bearer(), &session], &call.to_string());
+        let message = rpc_message(&r);
+        let result = &message["result"]["structuredContent"];
+        fuel += result["telemetry"]["fuelUsed"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{message}"));
+    }
+
+    let r = get_metrics(&format!("\r\n{}", bearer()));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let m = &r.body;
+    let calls = |labels: &str| sample(m, &format!("quickcell_calls_total{{{labels}}}"));
+    assert_eq!(calls(r#"kind="exec",status="completed""#), Some(2.0), "{m}");
+    assert_eq!(calls(r#"kind="exec",status="waiting""#), Some(1.0), "{m}");
+    assert_eq!(
+        calls(r#"kind="exec",status="failed",code="internal_error""#),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(m, r#"quickcell_fuel_total{kind="exec"}"#),
+        Some(fuel as f64)
+    );
+    assert_eq!(sample(m, "quickcell_cells_running"), Some(0.0), "{m}");
+    assert_eq!(sample(m, "quickcell_cells_parked"), Some(1.0), "{m}");
+    assert_eq!(
+        sample(m, "quickcell_snapshot_bytes_count"),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(sample(m, "quickcell_snapshot_bytes_sum").unwrap() > 0.0);
+    let tool = r#"source="host",outcome="ok""#;
+    assert_eq!(
+        sample(m, &format!("quickcell_tool_call_seconds_count{{{tool}}}")),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(
+            m,
+            &format!("quickcell_tool_call_seconds_bucket{{{tool},le=\"+Inf\"}}")
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(m.contains("# HELP quickcell_cells_parked "), "{m}");
+    assert!(
+        m.contains("# TYPE quickcell_tool_call_seconds histogram"),
+        "{m}"
+    );
 }

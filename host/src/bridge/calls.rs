@@ -183,9 +183,11 @@ pub(crate) fn start(
     let call = async move {
         let started = std::time::Instant::now();
         let settlement = call.await;
+        let took = started.elapsed();
         let span = tracing::Span::current();
-        span.record("ms", started.elapsed().as_millis() as u64);
+        span.record("ms", took.as_millis() as u64);
         span.record("outcome", if settlement.ok { "ok" } else { "error" });
+        crate::instruments::tool_call_finished(tool_source, settlement.ok, took);
         settlement
     }
     .instrument(span);

@@ -164,6 +164,7 @@ impl LiveCell {
             .store(parked.snapshot.len() as u64, Ordering::Relaxed);
         self.count_tool_calls(env);
         stats::PAYLOAD_BYTES.store(payload_bytes as u64, Ordering::Relaxed);
+        let snapshot_bytes = parked.snapshot.len() as u64;
         let stored = env.store.park(parked).await;
         stats::PERSIST_NANOS.store(checkpointed.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if let Err(e) = stored {
@@ -172,6 +173,7 @@ impl LiveCell {
             let error = format!("InternalError: cannot store the parked run: {e:#}");
             return self.end(env, host_fault(error)).await;
         }
+        crate::instruments::snapshot_stored(snapshot_bytes);
         // Cancelled while it was being stored (its session closing meanwhile
         // would otherwise miss it): it ends, and `end` removes the run.
         if self.cancel.is_cancelled() {

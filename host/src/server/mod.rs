@@ -185,6 +185,9 @@ pub(crate) trait CellService: Send + Sync + 'static {
     /// Closes an MCP session: cancels its running cells and releases its
     /// parked runs, session values and saved results.
     async fn close_session(&self, session: &str);
+    /// Refreshes the gauges that are read rather than counted (parked
+    /// runs) before the metrics are rendered.
+    async fn refresh_gauges(&self);
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
     /// The bounded directory of trusted host tools (tool-search.md §11).
@@ -741,6 +744,12 @@ impl CellService for Runtime {
             Err(e) => {
                 tracing::warn!(session, error = %e.chain_message(), "cannot release a closed MCP session")
             }
+        }
+    }
+
+    async fn refresh_gauges(&self) {
+        if let Err(e) = self.parked_runs().await {
+            tracing::warn!(error = %e.chain_message(), "cannot count the parked runs for /metrics");
         }
     }
 

@@ -211,6 +211,7 @@ pub(crate) async fn serve_http<S: CellService>(
         // Bound to every interface: the guard decides which names pass.
         config.allowed_hosts.clear();
     }
+    let metrics_service = service.clone();
     let mcp = StreamableHttpService::new(
         move || {
             Ok(McpServer::new(
@@ -235,7 +236,14 @@ pub(crate) async fn serve_http<S: CellService>(
             guard_state.clone(),
             reject_malformed_json_rpc,
         ))
+        // Behind the guard (token, Host, Origin) like `/mcp`.
+        .route(
+            "/metrics",
+            axum::routing::get(move || render_metrics(metrics_service.clone())),
+        )
         .layer(axum::middleware::from_fn_with_state(guard_state, guard));
+    // Installed before the first cell runs, so its gauges start at zero.
+    let _ = prometheus();
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -244,6 +252,74 @@ pub(crate) async fn serve_http<S: CellService>(
     axum::serve(listener, app)
         .await
         .context("the MCP HTTP server stopped")
+}
+
+/// How often the Prometheus recorder's upkeep runs (it folds histogram
+/// samples into their buckets, so unscraped samples do not pile up).
+const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The process's Prometheus recorder, installed as the global `metrics`
+/// recorder on first use (with the histograms' buckets and the metrics'
+/// descriptions, and a thread for its upkeep). `None` when another
+/// recorder was installed first (an embedder's): the metrics then go there.
+fn prometheus() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
+    use crate::instruments as i;
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    static HANDLE: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(i::TOOL_CALL_SECONDS.into()),
+                    i::TOOL_CALL_SECONDS_BUCKETS,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(i::SNAPSHOT_BYTES.into()),
+                        i::SNAPSHOT_BYTES_BUCKETS,
+                    )
+                })
+                .and_then(PrometheusBuilder::install_recorder);
+            let handle = match handle {
+                Ok(handle) => handle,
+                Err(e) => {
+                    tracing::warn!(error = %e, "GET /metrics is off: another metrics recorder is installed");
+                    return None;
+                }
+            };
+            i::describe();
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new()
+                .name("quickcell-metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(METRICS_UPKEEP_INTERVAL);
+                    upkeep.run_upkeep();
+                });
+            Some(handle)
+        })
+        .as_ref()
+}
+
+/// `GET /metrics`: the Prometheus text exposition of the host's metrics
+/// ([`crate::instruments`]).
+async fn render_metrics<S: CellService>(service: Arc<S>) -> Response {
+    let Some(handle) = prometheus() else {
+        return (
+            StatusCode::NOT_FOUND,
+            "metrics go to the metrics recorder this process installed, not to /metrics\n",
+        )
+            .into_response();
+    };
+    service.refresh_gauges().await;
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        handle.render(),
+    )
+        .into_response()
 }
 
 /// How long a request body may take to arrive once its headers are in.
