@@ -57,6 +57,8 @@ mod guest_abi;
 mod input;
 pub mod instruments;
 mod ledger;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod output;
 mod progress;
 mod registry;
@@ -75,8 +77,8 @@ pub use client_tools::{
     MAX_PENDING_CLIENT_INPUT_BYTES, MAX_TOOL_RESULTS, MAX_TOOL_RESULT_ERROR_BYTES,
 };
 pub use config::{
-    Config, Fuel, HostLimits, HttpLimits, Limits, Quotas, ToolSearchConfig, ToolSearchMode,
-    DEFAULT_FUEL, MAX_SUSPENDED_RUNS,
+    Config, Fuel, HostLimits, HttpLimits, Limits, Quotas, TelemetryConfig, ToolSearchConfig,
+    ToolSearchMode, DEFAULT_FUEL, MAX_OTLP_ENDPOINT_BYTES, MAX_SUSPENDED_RUNS,
 };
 pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;

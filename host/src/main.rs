@@ -256,17 +256,15 @@ fn usage_error(message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Each span (exec, wait, tool_call, checkpoint, restore) is printed
-        // once, when it closes, with its fields and its time.
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
     let cli = Cli::parse();
+    let export = match start_otlp_export(&cli.command) {
+        Ok(export) => export,
+        Err(message) => {
+            install_subscriber(None);
+            return usage_error(message);
+        }
+    };
+    install_subscriber(export.as_ref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -274,7 +272,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return usage_error(format!("cannot start the async runtime: {e}")),
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Exec(args) => runtime.block_on(exec(args)),
         Command::Wait(args) => runtime.block_on(wait(args)),
         Command::Cancel(args) => runtime.block_on(cancel(args)),
@@ -283,7 +281,68 @@ fn main() -> ExitCode {
         Command::Search(args) => runtime.block_on(search(args)),
         Command::Tools(args) => tools(args),
         Command::Usage(args) => runtime.block_on(usage(args)),
+    };
+    drop(runtime);
+    // Outside the async runtime: the exporter's client is a blocking one.
+    if let Some(export) = export {
+        export.shutdown();
     }
+    code
+}
+
+/// Prints log events and closed spans to stderr under `RUST_LOG` (default
+/// `warn`), and sends quickcell's spans (`info`) to the OTLP export when
+/// there is one.
+fn install_subscriber(export: Option<&quickcell::otlp::OtlpExport>) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        // Each span (exec, wait, tool_call, checkpoint, restore) is printed
+        // once, when it closes, with its fields and its time.
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        );
+    let otlp = export.map(|export| {
+        export.layer().with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target("quickcell", tracing::Level::INFO),
+        )
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(otlp)
+        .try_init();
+}
+
+/// The OTLP span export that `[telemetry] otlp_endpoint` in the command's
+/// `--config`, or else the `OTEL_EXPORTER_OTLP_*` variables, ask for.
+/// (A config file that does not load is reported by the command itself.)
+fn start_otlp_export(command: &Command) -> Result<Option<quickcell::otlp::OtlpExport>, String> {
+    let catalog = match command {
+        Command::Exec(a) => Some(&a.catalog),
+        Command::Wait(a) => Some(&a.catalog),
+        Command::Cancel(a) => Some(&a.catalog),
+        Command::Run(a) => Some(&a.catalog),
+        Command::Serve(a) => Some(&a.catalog),
+        Command::Search(a) => Some(&a.catalog),
+        Command::Tools(a) => Some(a),
+        Command::Usage(_) => None,
+    };
+    let telemetry = catalog
+        .and_then(|c| c.config.as_ref())
+        .and_then(|path| Config::load(path).ok())
+        .map(|config| config.telemetry)
+        .unwrap_or_default();
+    let Some(url) = telemetry.traces_url() else {
+        return Ok(None);
+    };
+    quickcell::otlp::OtlpExport::start(&url)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 /// Loads the config and the tool registry named by the arguments.

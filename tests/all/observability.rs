@@ -116,3 +116,219 @@ async fn exec_wait_tool_calls_checkpoint_and_restore_are_spans() {
         (id.as_str(), "completed")
     );
 }
+
+/// An exported span: name, string/int attributes, span id, parent span id,
+/// trace id.
+type ExportedSpan = (String, Fields, Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// An OTLP/HTTP receiver on a loopback port of this test process: it
+/// decodes every `POST /v1/traces` (protobuf) and answers 200.
+struct OtlpReceiver {
+    port: u16,
+    requests: Arc<
+        Mutex<Vec<opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest>>,
+    >,
+}
+
+impl OtlpReceiver {
+    fn start() -> Self {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let kept = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let kept = kept.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut stream = stream;
+                    // One connection may carry several requests.
+                    loop {
+                        let mut request_line = String::new();
+                        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            reader.read_line(&mut line).unwrap();
+                            if line.trim().is_empty() {
+                                break;
+                            }
+                            if let Some((name, value)) = line.split_once(':') {
+                                if name.eq_ignore_ascii_case("content-length") {
+                                    length = value.trim().parse().unwrap();
+                                }
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        assert!(
+                            request_line.starts_with("POST /v1/traces "),
+                            "{request_line}"
+                        );
+                        let decoded = <opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest as prost::Message>::decode(body.as_slice())
+                            .expect("an OTLP protobuf trace export");
+                        kept.lock().unwrap().push(decoded);
+                        let _ = stream.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+                        );
+                    }
+                });
+            }
+        });
+        Self { port, requests }
+    }
+
+    /// Every exported span: (name, string/int attributes, span id, parent
+    /// span id, trace id), and the service names of their resources.
+    fn spans(&self) -> (Vec<ExportedSpan>, Vec<String>) {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        let text = |v: &Option<opentelemetry_proto::tonic::common::v1::AnyValue>| match v
+            .as_ref()
+            .and_then(|v| v.value.as_ref())
+        {
+            Some(V::StringValue(s)) => s.clone(),
+            Some(V::IntValue(i)) => i.to_string(),
+            Some(V::BoolValue(b)) => b.to_string(),
+            other => format!("{other:?}"),
+        };
+        let mut spans = Vec::new();
+        let mut services = Vec::new();
+        for request in self.requests.lock().unwrap().iter() {
+            for resource_spans in &request.resource_spans {
+                for attribute in resource_spans.resource.iter().flat_map(|r| &r.attributes) {
+                    if attribute.key == "service.name" {
+                        services.push(text(&attribute.value));
+                    }
+                }
+                for scope in &resource_spans.scope_spans {
+                    for span in &scope.spans {
+                        let fields = span
+                            .attributes
+                            .iter()
+                            .map(|a| (a.key.clone(), text(&a.value)))
+                            .collect();
+                        spans.push((
+                            span.name.clone(),
+                            fields,
+                            span.span_id.clone(),
+                            span.parent_span_id.clone(),
+                            span.trace_id.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+        (spans, services)
+    }
+}
+
+/// `[telemetry] otlp_endpoint` (and, for another process,
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`) sends the binary's spans to an OTLP
+/// receiver: the `exec` span with its fields, its tool call as a child in
+/// the same trace, the checkpoint, and the `wait` and `restore` of the
+/// process that resumes the run.
+#[test]
+fn spans_are_exported_over_otlp() {
+    let receiver = OtlpReceiver::start();
+    let dir = std::env::temp_dir().join(format!("quickcell-otlp-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
+            receiver.port
+        ),
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let run = |args: &[&str], env: Option<String>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"));
+        command
+            .args(args)
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("--workspace")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_SERVICE_NAME");
+        if let Some(endpoint) = env {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        let out = command.output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let parked = run(
+        &[
+            "exec",
+            "--config",
+            config.to_str().unwrap(),
+            "--code",
+            "const r = await read({path: 'README.md', limit: 1}); await yield_control(); return r.kind",
+        ],
+        None,
+    );
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    let run_id = parked["runId"].as_str().unwrap();
+    // The exporter flushes when the process exits.
+    let (spans, services) = receiver.spans();
+    let named = |name: &str| spans.iter().filter(|s| s.0 == name).collect::<Vec<_>>();
+    let exec = named("exec");
+    assert_eq!(exec.len(), 1, "{spans:?}");
+    let exec = exec[0];
+    assert_eq!(exec.1["toolKind"], "code_mode_exec");
+    assert_eq!(exec.1["toolInputKind"], "javascript");
+    assert_eq!(exec.1["outcome"], "waiting");
+    assert_eq!(exec.1["run_id"], run_id);
+    assert_eq!(exec.1["fuel"], parked["telemetry"]["fuelUsed"].to_string());
+    let tool = named("tool_call");
+    assert_eq!(tool.len(), 1, "{spans:?}");
+    assert_eq!(
+        (tool[0].1["tool"].as_str(), tool[0].1["outcome"].as_str()),
+        ("read", "ok")
+    );
+    assert_eq!(tool[0].4, exec.4, "one trace");
+    let checkpoint = named("checkpoint");
+    assert_eq!(checkpoint.len(), 1, "{spans:?}");
+    assert_eq!(checkpoint[0].3, exec.2, "the checkpoint is a child of exec");
+    assert!(services.iter().all(|s| s == "quickcell") && !services.is_empty());
+
+    // Another process, configured by the standard variable.
+    let before = spans.len();
+    let resumed = run(
+        &["wait", run_id],
+        Some(format!("http://127.0.0.1:{}", receiver.port)),
+    );
+    assert_eq!(resumed["value"], "truncated", "{resumed}");
+    let (spans, _) = receiver.spans();
+    let later: Vec<&str> = spans[before..].iter().map(|s| s.0.as_str()).collect();
+    assert!(
+        later.contains(&"wait") && later.contains(&"restore"),
+        "{later:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A malformed OTLP endpoint is a usage error (exit 2) naming it; nothing
+/// runs.
+#[test]
+fn a_malformed_otlp_endpoint_is_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["exec", "--code", "return 1"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the OTLP endpoint must be an http:// or https:// URL"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}

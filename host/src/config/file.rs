@@ -69,6 +69,10 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             .map(RawToolSearch::config)
             .unwrap_or_default(),
         quotas: raw.quotas.map(RawQuotas::quotas).unwrap_or_default(),
+        telemetry: match raw.telemetry {
+            Some(telemetry) => telemetry.config(text)?,
+            None => super::TelemetryConfig::default(),
+        },
     })
 }
 
@@ -85,6 +89,29 @@ struct RawConfig {
     policy: Option<Spanned<RawPolicy>>,
     tool_search: Option<RawToolSearch>,
     quotas: Option<RawQuotas>,
+    telemetry: Option<RawTelemetry>,
+}
+
+/// `[telemetry]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawTelemetry {
+    otlp_endpoint: Option<Spanned<String>>,
+}
+
+impl RawTelemetry {
+    fn config(self, text: &str) -> Result<super::TelemetryConfig, Problem> {
+        let mut config = super::TelemetryConfig::default();
+        if let Some(endpoint) = self.otlp_endpoint {
+            let span = endpoint.span();
+            let endpoint = endpoint.into_inner();
+            super::check_otlp_endpoint(&endpoint).map_err(|message| {
+                Problem::at(text, span, format!("`telemetry.otlp_endpoint`: {message}"))
+            })?;
+            config.otlp_endpoint = Some(endpoint);
+        }
+        Ok(config)
+    }
 }
 
 /// `[quotas]`: a positive integer sets a quota; anything else, none.
@@ -795,7 +822,7 @@ mod tests {
         let tool =
             "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
         for (text, want) in [
-            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas"),
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas, telemetry"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
             ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
@@ -974,6 +1001,34 @@ max_await_results_ms = 0
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("fast"), "{e}");
+    }
+
+    #[test]
+    fn telemetry_otlp_endpoint_is_checked() {
+        let t = |text: &str| super::parse(text).map(|c| c.telemetry.otlp_endpoint);
+        assert_eq!(t("").unwrap(), None);
+        assert_eq!(
+            t("[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n").unwrap(),
+            Some("http://127.0.0.1:4318".into())
+        );
+        for (bad, why) in [
+            ("ftp://h", "must be an http:// or https:// URL"),
+            ("http://", "has no host"),
+            ("https://h/a b", "whitespace"),
+        ] {
+            let e = t(&format!("[telemetry]\notlp_endpoint = \"{bad}\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("line 2") && e.contains(why), "{bad}: {e}");
+        }
+        let long = format!(
+            "http://h/{}",
+            "a".repeat(super::super::MAX_OTLP_ENDPOINT_BYTES)
+        );
+        let e = t(&format!("[telemetry]\notlp_endpoint = \"{long}\"\n")).unwrap_err();
+        assert!(e.to_string().contains("over 2048 bytes"), "{e}");
+        let e = t("[telemetry]\nendpoint = \"http://h\"\n").unwrap_err();
+        assert!(e.to_string().contains("known keys: otlp_endpoint"), "{e}");
     }
 
     #[test]

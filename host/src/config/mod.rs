@@ -474,6 +474,63 @@ pub struct Config {
     pub tool_search: ToolSearchConfig,
     /// `[quotas]`: per-session fuel and cell-rate quotas.
     pub quotas: Quotas,
+    /// `[telemetry]`: where the `quickcell` binary exports its tracing
+    /// spans.
+    pub telemetry: TelemetryConfig,
+}
+
+/// Most bytes `[telemetry] otlp_endpoint` may have.
+pub const MAX_OTLP_ENDPOINT_BYTES: usize = 2048;
+
+/// The `[telemetry]` table: OpenTelemetry export of the `quickcell`
+/// binary's tracing spans (operations.md §4.4). Off by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TelemetryConfig {
+    /// `otlp_endpoint`: the base URL of an OTLP/HTTP receiver
+    /// (`http://collector:4318`); spans go to `<otlp_endpoint>/v1/traces` as
+    /// protobuf. An `http://` or `https://` URL of at most
+    /// [`MAX_OTLP_ENDPOINT_BYTES`]. Without it the standard
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// variables apply.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl TelemetryConfig {
+    /// The URL spans are posted to: `otlp_endpoint` + `/v1/traces`, else
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`; `None` when none is set
+    /// (no export).
+    pub fn traces_url(&self) -> Option<String> {
+        let base = |url: &str| format!("{}/v1/traces", url.trim_end_matches('/'));
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        self.otlp_endpoint
+            .as_deref()
+            .map(base)
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|url| base(&url)))
+    }
+}
+
+/// Checks an OTLP endpoint URL: `http://` or `https://` with a host, at
+/// most [`MAX_OTLP_ENDPOINT_BYTES`], no whitespace or control characters.
+pub(crate) fn check_otlp_endpoint(url: &str) -> Result<(), String> {
+    if url.len() > MAX_OTLP_ENDPOINT_BYTES {
+        return Err(format!(
+            "the OTLP endpoint is over {MAX_OTLP_ENDPOINT_BYTES} bytes"
+        ));
+    }
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or("the OTLP endpoint must be an http:// or https:// URL")?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("the OTLP endpoint has no host".into());
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("the OTLP endpoint contains whitespace or control characters".into());
+    }
+    Ok(())
 }
 
 /// Per-session quotas (operations.md §4.3), the `[quotas]` table or
