@@ -26,6 +26,12 @@ pub(crate) struct Settlement {
 }
 
 impl Settlement {
+    /// The text `settle` hands the guest for this settlement alone (a JSON
+    /// array of one): settlements are delivered one per guest call.
+    pub(crate) fn delivery_json(&self) -> String {
+        serde_json::to_string(&[self]).unwrap_or_default()
+    }
+
     /// Bytes this settlement takes while it waits for delivery: its value's
     /// JSON, or its error message.
     pub(crate) fn bytes(&self) -> usize {

@@ -185,7 +185,10 @@ impl LiveCell {
                 Some(None) => status = Ok(json),
                 Some(Some(settlement)) => {
                     let guest_started = Instant::now();
-                    status = self.exports.settle(&mut self.store, &settlement).await;
+                    status = self
+                        .exports
+                        .settle(&mut self.store, &settlement.delivery_json())
+                        .await;
                     env.stats.guest_since(guest_started);
                 }
                 None => return self.park(env).await,

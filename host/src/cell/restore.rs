@@ -168,7 +168,11 @@ pub(super) async fn restore(
     bridge.collect_finished();
     let guest_started = Instant::now();
     let status = match bridge.take_ready() {
-        Some(settlement) => exports.settle(&mut store, &settlement).await,
+        Some(settlement) => {
+            exports
+                .settle(&mut store, &settlement.delivery_json())
+                .await
+        }
         // Asking the guest would cost fuel (and allocate) that the cell,
         // had it not parked, would not have spent.
         None if host.guest_finished == Some(false) => {

@@ -664,16 +664,15 @@ impl GuestExports {
         .await
     }
 
-    /// Calls `cell.settle(results-json)` with one settlement and returns
-    /// the status JSON: the pending status without another call while the
-    /// cell has no outcome.
+    /// Calls `cell.settle(results-json)` (the host sends one settlement per
+    /// call) and returns the status JSON: the pending status without
+    /// another call while the cell has no outcome.
     pub(crate) async fn settle(
         &self,
         store: &mut Store<CellState>,
-        settlement: &crate::bridge::Settlement,
+        results_json: &str,
     ) -> wasmtime::Result<String> {
-        let results_json = serde_json::to_string(&[settlement]).unwrap_or_default();
-        let (rp, rl) = self.pass_string(store, &results_json).await?;
+        let (rp, rl) = self.pass_string(store, results_json).await?;
         let finished = before_deadline(
             store.data().stop(),
             self.settle.call_async(&mut *store, (rp, rl)),
