@@ -134,6 +134,52 @@ pub mod testing {
         crate::engine::make_precompiled_guest().await
     }
 
+    /// The URL of a fresh, empty database for one test, in a throwaway
+    /// PostgreSQL 15 cluster: the server at `QUICKCELL_TEST_POSTGRES_URL`
+    /// (which `scripts/test` starts), or else one this process starts
+    /// with the repository's `scripts/postgres` on first use and that stops
+    /// once the process has exited. Panics when neither works: tests of the
+    /// PostgreSQL backend never pass without PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_database() -> String {
+        static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let server = SERVER.get_or_init(|| {
+            if let Ok(url) = std::env::var("QUICKCELL_TEST_POSTGRES_URL") {
+                return url;
+            }
+            let dir = std::env::temp_dir().join(format!("quickcell-pg-{}", uuid::Uuid::new_v4()));
+            let out = std::process::Command::new(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres"),
+            )
+            .arg("start")
+            .arg(&dir)
+            .arg("--until-exit")
+            .arg(std::process::id().to_string())
+            .output()
+            .expect("scripts/postgres runs");
+            assert!(
+                out.status.success(),
+                "cannot start PostgreSQL for the tests: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        });
+        let name = format!("quickcell_test_{}", uuid::Uuid::new_v4().simple());
+        let out = std::process::Command::new("psql")
+            .args([server.as_str(), "-qAtc", &format!("CREATE DATABASE {name}")])
+            .output()
+            .expect("psql runs");
+        assert!(
+            out.status.success(),
+            "cannot create a test database: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = server
+            .rsplit_once('/')
+            .map_or(server.as_str(), |(base, _)| base);
+        format!("{base}/{name}")
+    }
+
     /// Timings of the process's latest checkpoint and restore.
     #[derive(Debug, Clone, Copy)]
     pub struct SuspendStats {

@@ -15,6 +15,8 @@
 //! - [`SqliteStateStore`] (feature `sqlite`, on by default) over
 //!   `<state dir>/state.sqlite3` (WAL journal, `synchronous=NORMAL`, a 5 s
 //!   busy timeout for concurrent processes);
+//! - [`PostgresStateStore`] (feature `postgres`, on by default) over one
+//!   PostgreSQL database that any number of hosts share;
 //! - [`MemoryStateStore`], runs in this process only, for runtimes without
 //!   a state directory.
 //!
@@ -29,12 +31,19 @@
 //! passes.
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(test)]
 mod tests;
 
 pub use memory::{MemoryStateStore, MAX_MEMORY_USAGE_RECORDS};
+#[cfg(feature = "postgres")]
+pub use postgres::{
+    PostgresStateStore, MAX_POSTGRES_CONNECTIONS, POSTGRES_CONNECT_TIMEOUT,
+    POSTGRES_STATEMENT_TIMEOUT,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStateStore, STATE_FILE};
 

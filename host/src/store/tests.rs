@@ -20,18 +20,24 @@ fn parked(id: &str, expires: u64) -> ParkedRun {
     }
 }
 
-/// One store of each backend built in.
-fn stores() -> Vec<Arc<dyn StateStore>> {
+/// One store of each backend built in (PostgreSQL: a fresh database).
+async fn stores() -> Vec<Arc<dyn StateStore>> {
     vec![
         #[cfg(feature = "sqlite")]
         Arc::new(SqliteStateStore::open(None).unwrap()),
+        #[cfg(feature = "postgres")]
+        Arc::new(
+            PostgresStateStore::connect(&crate::testing::postgres_database())
+                .await
+                .unwrap(),
+        ),
         Arc::new(MemoryStateStore::default()),
     ]
 }
 
 #[tokio::test]
 async fn claim_checks_in_the_contract_order() {
-    for store in stores() {
+    for store in stores().await {
         claim_order(&*store).await;
     }
 }
@@ -78,7 +84,7 @@ async fn claim_order(store: &dyn StateStore) {
 
 #[tokio::test]
 async fn unclaim_makes_a_run_waitable_again() {
-    for store in stores() {
+    for store in stores().await {
         unclaim(&*store).await;
     }
 }
@@ -109,7 +115,7 @@ async fn unclaim(store: &dyn StateStore) {
 
 #[tokio::test]
 async fn purge_and_count_purges_then_counts_all_and_by_session() {
-    for store in stores() {
+    for store in stores().await {
         store.park(parked("old", 1_000)).await.unwrap();
         store.park(parked("new", 10_000)).await.unwrap();
         let mut other = parked("theirs", 10_000);
@@ -128,7 +134,7 @@ async fn purge_and_count_purges_then_counts_all_and_by_session() {
 
 #[tokio::test]
 async fn closing_a_session_removes_its_runs_values_and_results_only() {
-    for store in stores() {
+    for store in stores().await {
         let mut other = parked("r2", 10_000);
         other.owner = owner("b", "t");
         store.park(parked("r1", 10_000)).await.unwrap();
@@ -209,7 +215,7 @@ fn usage(session: &str, at_ms: u64, fuel: u64) -> UsageRecord {
 
 #[tokio::test]
 async fn the_ledger_sums_and_lists_what_a_filter_selects() {
-    for store in stores() {
+    for store in stores().await {
         store.usage_record(usage("s", 100, 5)).await.unwrap();
         store.usage_record(usage("t", 200, 7)).await.unwrap();
         let mut waited = usage("s", 300, 11);

@@ -1,0 +1,783 @@
+//! [`StateStore`] over PostgreSQL (operations.md §5; feature `postgres`):
+//! one database shared by any number of quickcell processes on any
+//! machines. `tokio-postgres` through a `deadpool-postgres` pool; versioned
+//! migrations applied at startup; snapshots as `bytea`.
+//!
+//! A claim is one transaction that locks the run's row (`SELECT … FOR
+//! UPDATE`), so concurrent `wait`s on different hosts resolve to exactly
+//! one winner. Saving a result takes a transaction-scoped advisory lock on
+//! its agent run, so the count and size caps hold across hosts.
+
+use super::{
+    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunCounts, RunStore, SessionStore,
+    StateStore, StoreResult,
+};
+use super::{UsageFilter, UsageRecord, UsageStore, UsageTotals, MAX_USAGE_RECORDS_LISTED};
+use anyhow::Context as _;
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::time::Duration;
+use tokio_postgres::types::ToSql;
+
+/// Connections one store keeps open at most (per process).
+pub const MAX_POSTGRES_CONNECTIONS: usize = 16;
+
+/// How long a call waits for a free connection, or for a new one to be
+/// established, before it fails.
+pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a statement may run before the server cancels it
+/// (`statement_timeout` of every connection).
+pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`. Applied
+/// ones are recorded in `quickcell_migrations`; a database with a version
+/// this build does not know is refused.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    agent_run TEXT NOT NULL,
+    session TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('parked', 'resuming')),
+    generation BIGINT NOT NULL,
+    expires_at_ms BIGINT NOT NULL,
+    claimed_until_ms BIGINT,
+    snapshot BYTEA NOT NULL
+);
+CREATE INDEX runs_by_session ON runs (session);
+CREATE TABLE settlements (
+    run_id TEXT NOT NULL,
+    generation BIGINT NOT NULL,
+    request_id BIGINT NOT NULL,
+    seq BIGSERIAL NOT NULL,
+    settlement TEXT NOT NULL,
+    PRIMARY KEY (run_id, generation, request_id)
+);
+CREATE TABLE session_store (
+    session TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (session, key)
+);
+CREATE TABLE results (
+    agent_run TEXT NOT NULL,
+    id TEXT NOT NULL,
+    json TEXT NOT NULL,
+    PRIMARY KEY (agent_run, id)
+);
+CREATE TABLE usage (
+    seq BIGSERIAL PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    agent_run TEXT NOT NULL,
+    session TEXT NOT NULL,
+    run_id TEXT,
+    kind TEXT NOT NULL,
+    fuel BIGINT NOT NULL,
+    wall_ms BIGINT NOT NULL,
+    guest_us BIGINT NOT NULL,
+    tool_calls BIGINT NOT NULL,
+    output_bytes BIGINT NOT NULL,
+    snapshot_bytes BIGINT NOT NULL,
+    outcome TEXT NOT NULL
+);
+CREATE INDEX usage_by_session ON usage (session, at_ms);
+CREATE INDEX usage_by_time ON usage (at_ms);
+"];
+
+/// Key of the advisory lock that serializes migrations across hosts
+/// starting at once.
+const MIGRATION_LOCK: i64 = 0x7175_6963_6b63_656c; // "quickcel"
+
+/// [`StateStore`] over PostgreSQL.
+#[derive(Clone)]
+pub struct PostgresStateStore {
+    pool: Pool,
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn to_u64(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+/// The URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match url.parse::<tokio_postgres::Config>() {
+        Ok(config) => {
+            let host = config
+                .get_hosts()
+                .first()
+                .map(|h| match h {
+                    tokio_postgres::config::Host::Tcp(name) => name.clone(),
+                    tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+                })
+                .unwrap_or_default();
+            let port = config.get_ports().first().copied().unwrap_or(5432);
+            let db = config.get_dbname().unwrap_or("");
+            format!("postgres://{host}:{port}/{db}")
+        }
+        Err(_) => "the PostgreSQL URL".into(),
+    }
+}
+
+impl PostgresStateStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`,
+    /// or the key-value form) and applies the migrations it lacks.
+    ///
+    /// # Errors
+    ///
+    /// When the URL is malformed, the database cannot be reached, or it
+    /// holds a schema newer than this build knows.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .with_context(|| format!("{} is not a PostgreSQL URL", redacted(url)))?;
+        config.connect_timeout(POSTGRES_CONNECT_TIMEOUT);
+        config.options(format!(
+            "-c statement_timeout={}",
+            POSTGRES_STATEMENT_TIMEOUT.as_millis()
+        ));
+        if config.get_application_name().is_none() {
+            config.application_name("quickcell");
+        }
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(MAX_POSTGRES_CONNECTIONS)
+            .wait_timeout(Some(POSTGRES_CONNECT_TIMEOUT))
+            .create_timeout(Some(POSTGRES_CONNECT_TIMEOUT))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .context("cannot build the PostgreSQL connection pool")?;
+        let store = Self { pool };
+        store
+            .migrate()
+            .await
+            .with_context(|| format!("cannot prepare the state store at {}", redacted(url)))?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> anyhow::Result<deadpool_postgres::Client> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to the state store: {e}"))
+    }
+
+    /// Applies the migrations the database lacks, one transaction each,
+    /// under an advisory lock (hosts starting together apply them once).
+    async fn migrate(&self) -> anyhow::Result<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS quickcell_migrations (
+                version INTEGER PRIMARY KEY,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )",
+        )
+        .await?;
+        let applied: i32 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0) FROM quickcell_migrations",
+                &[],
+            )
+            .await?
+            .get(0);
+        let known = MIGRATIONS.len() as i32;
+        if applied > known {
+            anyhow::bail!(
+                "the database's schema is version {applied}, newer than this quickcell knows ({known}): upgrade quickcell"
+            );
+        }
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(applied as usize) {
+            let version = index as i32 + 1;
+            tx.batch_execute(migration)
+                .await
+                .with_context(|| format!("migration {version} failed"))?;
+            tx.execute(
+                "INSERT INTO quickcell_migrations (version) VALUES ($1)",
+                &[&version],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Deletes the runs `ids` and their settlements within `tx`.
+async fn delete_runs(
+    tx: &deadpool_postgres::Transaction<'_>,
+    ids: &[String],
+) -> anyhow::Result<()> {
+    tx.execute("DELETE FROM runs WHERE run_id = ANY($1)", &[&ids])
+        .await?;
+    tx.execute("DELETE FROM settlements WHERE run_id = ANY($1)", &[&ids])
+        .await?;
+    Ok(())
+}
+
+impl StateStore for PostgresStateStore {
+    fn is_shared(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl RunStore for PostgresStateStore {
+    async fn park(&self, run: ParkedRun) -> StoreResult<()> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            tx.execute(
+                "INSERT INTO runs
+                 (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
+                 VALUES ($1, $2, $3, 'parked', $4, $5, NULL, $6)
+                 ON CONFLICT (run_id) DO UPDATE SET
+                   agent_run = EXCLUDED.agent_run, session = EXCLUDED.session,
+                   state = 'parked', generation = EXCLUDED.generation,
+                   expires_at_ms = EXCLUDED.expires_at_ms, claimed_until_ms = NULL,
+                   snapshot = EXCLUDED.snapshot",
+                &[
+                    &run.run_id,
+                    &run.owner.agent_run,
+                    &run.owner.session,
+                    &to_i64(run.generation),
+                    &to_i64(run.expires_at_ms),
+                    &run.snapshot,
+                ],
+            )
+            .await?;
+            tx.execute(
+                "DELETE FROM settlements WHERE run_id = $1 AND generation < $2",
+                &[&run.run_id, &to_i64(run.generation)],
+            )
+            .await?;
+            tx.commit().await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn claim(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        now_ms: u64,
+        claim_until_ms: u64,
+    ) -> StoreResult<Result<Claimed, ClaimRefused>> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let row = tx
+                .query_opt(
+                    "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms
+                     FROM runs WHERE run_id = $1 FOR UPDATE",
+                    &[&run_id],
+                )
+                .await?;
+            let Some(row) = row else {
+                return Ok(Err(ClaimRefused::Unavailable));
+            };
+            let (agent_run, session, state): (String, String, String) =
+                (row.get(0), row.get(1), row.get(2));
+            let (generation, expires_at, claimed_until): (i64, i64, Option<i64>) =
+                (row.get(3), row.get(4), row.get(5));
+            let now = to_i64(now_ms);
+            let stale_claim = state == "resuming" && claimed_until.is_some_and(|c| c < now);
+            if (state == "parked" && expires_at <= now) || stale_claim {
+                delete_runs(&tx, &[run_id.to_string()]).await?;
+                tx.commit().await?;
+                return Ok(Err(ClaimRefused::Unavailable));
+            }
+            if agent_run != owner.agent_run {
+                return Ok(Err(ClaimRefused::OtherAgentRun));
+            }
+            if session != owner.session {
+                return Ok(Err(ClaimRefused::OtherSession));
+            }
+            if state == "resuming" {
+                return Ok(Err(ClaimRefused::Busy));
+            }
+            let snapshot: Vec<u8> = tx
+                .query_one(
+                    "UPDATE runs SET state = 'resuming', claimed_until_ms = $2
+                     WHERE run_id = $1 RETURNING snapshot",
+                    &[&run_id, &to_i64(claim_until_ms)],
+                )
+                .await?
+                .get(0);
+            let settlements = tx
+                .query(
+                    "SELECT settlement FROM settlements WHERE run_id = $1 AND generation = $2
+                     ORDER BY seq",
+                    &[&run_id, &generation],
+                )
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            tx.commit().await?;
+            anyhow::Ok(Ok(Claimed {
+                generation: to_u64(generation),
+                snapshot,
+                settlements,
+            }))
+        };
+        Ok(work.await?)
+    }
+
+    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+        let work = async {
+            self.client()
+                .await?
+                .execute(
+                    "UPDATE runs SET state = 'parked', claimed_until_ms = NULL WHERE run_id = $1",
+                    &[&run_id],
+                )
+                .await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn remove(&self, run_id: &str) -> StoreResult<()> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            delete_runs(&tx, &[run_id.to_string()]).await?;
+            tx.commit().await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let ids: Vec<String> = tx
+                .query(
+                    "SELECT run_id FROM runs WHERE session = $1 FOR UPDATE",
+                    &[&session],
+                )
+                .await?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            delete_runs(&tx, &ids).await?;
+            tx.commit().await?;
+            anyhow::Ok(ids)
+        };
+        Ok(work.await?)
+    }
+
+    async fn record_settlement(
+        &self,
+        run_id: &str,
+        generation: u64,
+        request_id: u64,
+        settlement: &str,
+    ) -> StoreResult<()> {
+        let work = async {
+            self.client()
+                .await?
+                .execute(
+                    "INSERT INTO settlements (run_id, generation, request_id, settlement)
+                     SELECT $1, $2, $3, $4 WHERE EXISTS
+                       (SELECT 1 FROM runs WHERE run_id = $1 AND generation = $2)
+                     ON CONFLICT (run_id, generation, request_id) DO UPDATE
+                       SET settlement = EXCLUDED.settlement, seq = EXCLUDED.seq",
+                    &[
+                        &run_id,
+                        &to_i64(generation),
+                        &to_i64(request_id),
+                        &settlement,
+                    ],
+                )
+                .await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn count_runs(&self) -> StoreResult<usize> {
+        let work = async {
+            let n: i64 = self
+                .client()
+                .await?
+                .query_one("SELECT COUNT(*) FROM runs", &[])
+                .await?
+                .get(0);
+            anyhow::Ok(n as usize)
+        };
+        Ok(work.await?)
+    }
+
+    async fn count_session_runs(&self, session: &str) -> StoreResult<usize> {
+        let work = async {
+            let n: i64 = self
+                .client()
+                .await?
+                .query_one("SELECT COUNT(*) FROM runs WHERE session = $1", &[&session])
+                .await?
+                .get(0);
+            anyhow::Ok(n as usize)
+        };
+        Ok(work.await?)
+    }
+
+    async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let ids = purge(&tx, now_ms).await?;
+            tx.commit().await?;
+            anyhow::Ok(ids)
+        };
+        Ok(work.await?)
+    }
+
+    async fn purge_and_count(&self, now_ms: u64, session: &str) -> StoreResult<RunCounts> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let purged = purge(&tx, now_ms).await?;
+            let row = tx
+                .query_one(
+                    "SELECT COUNT(*), COUNT(*) FILTER (WHERE session = $1) FROM runs",
+                    &[&session],
+                )
+                .await?;
+            tx.commit().await?;
+            anyhow::Ok(RunCounts {
+                purged,
+                runs: row.get::<_, i64>(0) as usize,
+                session_runs: row.get::<_, i64>(1) as usize,
+            })
+        };
+        Ok(work.await?)
+    }
+}
+
+/// Removes, within `tx`, the runs expired at `now_ms` and the claims
+/// abandoned before it; returns their ids.
+async fn purge(
+    tx: &deadpool_postgres::Transaction<'_>,
+    now_ms: u64,
+) -> anyhow::Result<Vec<String>> {
+    let ids: Vec<String> = tx
+        .query(
+            "DELETE FROM runs
+             WHERE (state = 'parked' AND expires_at_ms <= $1)
+                OR (state = 'resuming' AND claimed_until_ms < $1)
+             RETURNING run_id",
+            &[&to_i64(now_ms)],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !ids.is_empty() {
+        tx.execute("DELETE FROM settlements WHERE run_id = ANY($1)", &[&ids])
+            .await?;
+    }
+    Ok(ids)
+}
+
+#[async_trait]
+impl SessionStore for PostgresStateStore {
+    async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
+        let work = async {
+            let row = self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT value FROM session_store WHERE session = $1 AND key = $2",
+                    &[&session, &key],
+                )
+                .await?;
+            anyhow::Ok(row.map(|r| r.get(0)))
+        };
+        Ok(work.await?)
+    }
+
+    async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
+        let work = async {
+            let n: i64 = self
+                .client()
+                .await?
+                .query_one(
+                    "SELECT COALESCE(SUM(octet_length(value)), 0)::BIGINT FROM session_store WHERE session = $1",
+                    &[&session],
+                )
+                .await?
+                .get(0);
+            anyhow::Ok(n as usize)
+        };
+        Ok(work.await?)
+    }
+
+    async fn store_commit(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<String>)>,
+    ) -> StoreResult<()> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            for (key, value) in &writes {
+                match value {
+                    Some(v) => {
+                        tx.execute(
+                            "INSERT INTO session_store (session, key, value) VALUES ($1, $2, $3)
+                             ON CONFLICT (session, key) DO UPDATE SET value = EXCLUDED.value",
+                            &[&session, key, v],
+                        )
+                        .await?
+                    }
+                    None => {
+                        tx.execute(
+                            "DELETE FROM session_store WHERE session = $1 AND key = $2",
+                            &[&session, key],
+                        )
+                        .await?
+                    }
+                };
+            }
+            tx.commit().await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn store_clear(&self, session: &str) -> StoreResult<usize> {
+        let work = async {
+            let n = self
+                .client()
+                .await?
+                .execute("DELETE FROM session_store WHERE session = $1", &[&session])
+                .await?;
+            anyhow::Ok(n as usize)
+        };
+        Ok(work.await?)
+    }
+}
+
+#[async_trait]
+impl ResultStore for PostgresStateStore {
+    async fn result_save(
+        &self,
+        agent_run: &str,
+        id: &str,
+        json: String,
+        max_count: usize,
+        max_bytes: usize,
+    ) -> StoreResult<bool> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            // The caps hold across hosts: one save per agent run at a time.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('quickcell.results:' || $1, 0))",
+                &[&agent_run],
+            )
+            .await?;
+            let row = tx
+                .query_one(
+                    "SELECT COUNT(*), COALESCE(SUM(octet_length(json)), 0)::BIGINT FROM results WHERE agent_run = $1",
+                    &[&agent_run],
+                )
+                .await?;
+            let (n, bytes): (i64, i64) = (row.get(0), row.get(1));
+            if n as usize >= max_count || bytes as usize + json.len() > max_bytes {
+                return Ok(false);
+            }
+            tx.execute(
+                "INSERT INTO results (agent_run, id, json) VALUES ($1, $2, $3)",
+                &[&agent_run, &id, &json],
+            )
+            .await?;
+            tx.commit().await?;
+            anyhow::Ok(true)
+        };
+        Ok(work.await?)
+    }
+
+    async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {
+        let work = async {
+            let row = self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT json FROM results WHERE agent_run = $1 AND id = $2",
+                    &[&agent_run, &id],
+                )
+                .await?;
+            anyhow::Ok(row.map(|r| r.get(0)))
+        };
+        Ok(work.await?)
+    }
+
+    async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
+        let work = async {
+            let n = self
+                .client()
+                .await?
+                .execute(
+                    "DELETE FROM results WHERE agent_run = $1 AND id = $2",
+                    &[&agent_run, &id],
+                )
+                .await?;
+            anyhow::Ok(n > 0)
+        };
+        Ok(work.await?)
+    }
+
+    async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
+        let work = async {
+            let n = self
+                .client()
+                .await?
+                .execute("DELETE FROM results WHERE agent_run = $1", &[&agent_run])
+                .await?;
+            anyhow::Ok(n as usize)
+        };
+        Ok(work.await?)
+    }
+}
+
+/// The `WHERE` clause and parameters of a usage filter (parameters are
+/// numbered from `$1`).
+fn usage_where(filter: &UsageFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let mut clauses = Vec::new();
+    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    if let Some(session) = &filter.session {
+        values.push(Box::new(session.clone()));
+        clauses.push(format!("session = ${}", values.len()));
+    }
+    if let Some(since) = filter.since_ms {
+        values.push(Box::new(to_i64(since)));
+        clauses.push(format!("at_ms >= ${}", values.len()));
+    }
+    if let Some(kind) = &filter.kind {
+        values.push(Box::new(kind.clone()));
+        clauses.push(format!("kind = ${}", values.len()));
+    }
+    let clause = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    (clause, values)
+}
+
+fn params(values: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    values
+        .iter()
+        .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+#[async_trait]
+impl UsageStore for PostgresStateStore {
+    async fn usage_record(&self, r: UsageRecord) -> StoreResult<()> {
+        let work = async {
+            self.client().await?.execute(
+                "INSERT INTO usage (at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                &[
+                    &to_i64(r.at_ms), &r.agent_run, &r.session, &r.run_id, &r.kind, &to_i64(r.fuel),
+                    &to_i64(r.wall_ms), &to_i64(r.guest_us), &to_i64(r.tool_calls),
+                    &to_i64(r.output_bytes), &to_i64(r.snapshot_bytes), &r.outcome,
+                ],
+            )
+            .await?;
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn usage_totals(&self, filter: &UsageFilter) -> StoreResult<UsageTotals> {
+        let work = async {
+            let (clause, values) = usage_where(filter);
+            // Sums are numeric (they cannot overflow), capped into BIGINT.
+            let sum =
+                |c: &str| format!("LEAST(COALESCE(SUM({c}), 0), 9223372036854775807)::BIGINT");
+            let sql = format!(
+                "SELECT COUNT(*), {}, {}, {}, {}, {}, {}, MIN(at_ms) FROM usage {clause}",
+                sum("fuel"),
+                sum("wall_ms"),
+                sum("guest_us"),
+                sum("tool_calls"),
+                sum("output_bytes"),
+                sum("snapshot_bytes"),
+            );
+            let row = self
+                .client()
+                .await?
+                .query_one(&sql, &params(&values))
+                .await?;
+            let n = |i| to_u64(row.get::<_, i64>(i));
+            anyhow::Ok(UsageTotals {
+                calls: n(0),
+                fuel: n(1),
+                wall_ms: n(2),
+                guest_us: n(3),
+                tool_calls: n(4),
+                output_bytes: n(5),
+                snapshot_bytes: n(6),
+                first_at_ms: row.get::<_, Option<i64>>(7).map(to_u64),
+            })
+        };
+        Ok(work.await?)
+    }
+
+    async fn usage_list(
+        &self,
+        filter: &UsageFilter,
+        limit: usize,
+    ) -> StoreResult<Vec<UsageRecord>> {
+        let work = async {
+            let (clause, mut values) = usage_where(filter);
+            values.push(Box::new(limit.min(MAX_USAGE_RECORDS_LISTED) as i64));
+            let sql = format!(
+                "SELECT at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome
+                 FROM (SELECT * FROM usage {clause} ORDER BY seq DESC LIMIT ${}) latest ORDER BY seq",
+                values.len()
+            );
+            let rows = self.client().await?.query(&sql, &params(&values)).await?;
+            anyhow::Ok(
+                rows.iter()
+                    .map(|row| {
+                        let n = |i| to_u64(row.get::<_, i64>(i));
+                        UsageRecord {
+                            at_ms: n(0),
+                            agent_run: row.get(1),
+                            session: row.get(2),
+                            run_id: row.get(3),
+                            kind: row.get(4),
+                            fuel: n(5),
+                            wall_ms: n(6),
+                            guest_us: n(7),
+                            tool_calls: n(8),
+                            output_bytes: n(9),
+                            snapshot_bytes: n(10),
+                            outcome: row.get(11),
+                        }
+                    })
+                    .collect(),
+            )
+        };
+        Ok(work.await?)
+    }
+}
