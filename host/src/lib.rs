@@ -77,8 +77,9 @@ pub use client_tools::{
     MAX_PENDING_CLIENT_INPUT_BYTES, MAX_TOOL_RESULTS, MAX_TOOL_RESULT_ERROR_BYTES,
 };
 pub use config::{
-    Config, Fuel, HostLimits, HttpLimits, Limits, Quotas, TelemetryConfig, ToolSearchConfig,
-    ToolSearchMode, DEFAULT_FUEL, MAX_OTLP_ENDPOINT_BYTES, MAX_SUSPENDED_RUNS,
+    check_state_url, Config, Fuel, HostLimits, HttpLimits, Limits, Quotas, TelemetryConfig,
+    ToolSearchConfig, ToolSearchMode, DEFAULT_FUEL, MAX_OTLP_ENDPOINT_BYTES, MAX_STATE_URL_BYTES,
+    MAX_SUSPENDED_RUNS,
 };
 pub use engine::{module_cache_dir, GuestOrigin};
 pub use error::Error;

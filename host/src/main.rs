@@ -67,6 +67,9 @@ struct UsageArgs {
     /// Directory of the state store.
     #[arg(long, value_name = "DIR", default_value = ".quickcell")]
     state_dir: PathBuf,
+    /// PostgreSQL state store instead (also `QUICKCELL_STATE_URL`).
+    #[arg(long, value_name = "URL")]
+    state_url: Option<String>,
 }
 
 /// `--since`: Unix milliseconds, or an age (`90s`, `30m`, `12h`, `7d`)
@@ -115,6 +118,12 @@ struct StateArgs {
     /// store and saved results.
     #[arg(long, value_name = "DIR", default_value = ".quickcell")]
     state_dir: PathBuf,
+    /// PostgreSQL database that keeps them instead, shared by every host
+    /// that names it (`postgres://user@host:port/db`; also
+    /// `QUICKCELL_STATE_URL` or `[state] url`, which keep a password out of
+    /// the process list).
+    #[arg(long, value_name = "URL")]
+    state_url: Option<String>,
     /// The session the cell belongs to: its `store`/`load` values, and the
     /// only session that may `wait` it.
     #[arg(long, value_name = "ID", default_value = "default")]
@@ -440,7 +449,26 @@ async fn runtime_with_limits(
         .policy(config.policy)
         .quotas(config.quotas);
     if let Some(state) = state {
-        builder = builder.state_dir(&state.state_dir);
+        // `--state-url`, else `QUICKCELL_STATE_URL`, else `[state] url`,
+        // else the state directory.
+        let url = state
+            .state_url
+            .clone()
+            .or_else(|| {
+                std::env::var("QUICKCELL_STATE_URL")
+                    .ok()
+                    .filter(|u| !u.is_empty())
+            })
+            .or(config.state_url);
+        builder = match url {
+            Some(url) => {
+                if let Err(e) = quickcell::check_state_url(&url) {
+                    return Err(usage_error(e));
+                }
+                builder.state_url(url)
+            }
+            None => builder.state_dir(&state.state_dir),
+        };
     }
     if let Some(limits) = search_limits {
         builder = builder.tool_search_limits(limits);
@@ -600,6 +628,7 @@ async fn cancel(args: CancelArgs) -> ExitCode {
 async fn usage(args: UsageArgs) -> ExitCode {
     let state = StateArgs {
         state_dir: args.state_dir.clone(),
+        state_url: args.state_url.clone(),
         session: "default".into(),
     };
     let runtime = match runtime_from(Config::default(), ToolRegistry::new(), Some(&state)).await {

@@ -46,6 +46,7 @@ pub struct RuntimeBuilder {
     tools: ToolRegistry,
     mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
+    state_url: Option<String>,
     state_store: Option<Arc<dyn StateStore>>,
     policy: Policy,
     approver: Option<Arc<dyn Approver>>,
@@ -61,6 +62,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("tools", &self.tools)
             .field("mcp_servers", &self.mcp_servers)
             .field("state_dir", &self.state_dir)
+            .field("state_url", &self.state_url.as_ref().map(|_| ".."))
             .field("state_store", &self.state_store.as_ref().map(|_| ".."))
             .field("policy", &self.policy)
             .field("approver", &self.approver.as_ref().map(|_| ".."))
@@ -151,9 +153,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Keeps parked runs, session values, saved results and the usage
+    /// ledger in the PostgreSQL database at `url`
+    /// (`postgres://user:password@host:port/db`), which any number of
+    /// runtimes on any machines may share: a run parked by one is resumed
+    /// by any other. The schema is created or migrated when the runtime is
+    /// built. Takes precedence over [`RuntimeBuilder::state_dir`].
+    ///
+    /// Needs the `postgres` feature (on by default); without it
+    /// [`RuntimeBuilder::build`] fails with [`Error::Config`].
+    pub fn state_url(mut self, url: impl Into<String>) -> Self {
+        self.state_url = Some(url.into());
+        self
+    }
+
     /// Keeps parked runs, session values and saved results in `store`
     /// (another backend of [`StateStore`]); it takes precedence over
-    /// [`RuntimeBuilder::state_dir`]. Every runtime that shares the store's
+    /// [`RuntimeBuilder::state_url`] and [`RuntimeBuilder::state_dir`]. Every runtime that shares the store's
     /// data can resume the runs of the others.
     pub fn state_store(mut self, store: Arc<dyn StateStore>) -> Self {
         self.state_store = Some(store);
@@ -191,6 +207,9 @@ impl RuntimeBuilder {
             .map_err(|e| Error::runtime_unavailable("cannot start the engine", e))?;
         let store: Arc<dyn StateStore> = match (self.state_store.take(), &self.state_dir) {
             (Some(store), _) => store,
+            (None, _) if self.state_url.is_some() => {
+                open_state_url(self.state_url.as_deref().unwrap_or_default()).await?
+            }
             (None, Some(dir)) => open_state_dir(dir)?,
             (None, None) => Arc::new(MemoryStateStore::default()),
         };
@@ -242,6 +261,26 @@ fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
             e,
         )),
     }
+}
+
+/// The PostgreSQL state store at `url`.
+#[cfg(feature = "postgres")]
+async fn open_state_url(url: &str) -> Result<Arc<dyn StateStore>, Error> {
+    match crate::store::PostgresStateStore::connect(url).await {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(e) => Err(Error::state_store(
+            "cannot open the PostgreSQL state store",
+            e,
+        )),
+    }
+}
+
+/// Without the `postgres` feature there is no state URL.
+#[cfg(not(feature = "postgres"))]
+async fn open_state_url(_url: &str) -> Result<Arc<dyn StateStore>, Error> {
+    Err(Error::Config(
+        "a state URL needs quickcell's `postgres` feature, which this build lacks".into(),
+    ))
 }
 
 /// Without SQLite there is no state directory.

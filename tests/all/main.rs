@@ -21,6 +21,7 @@ mod metering;
 mod observability;
 mod output;
 mod policy;
+mod postgres;
 mod source;
 mod store;
 mod suspend;

@@ -69,6 +69,17 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             .map(RawToolSearch::config)
             .unwrap_or_default(),
         quotas: raw.quotas.map(RawQuotas::quotas).unwrap_or_default(),
+        state_url: match raw.state.and_then(|s| s.url) {
+            Some(url) => {
+                let span = url.span();
+                let url = url.into_inner();
+                super::check_state_url(&url).map_err(|message| {
+                    Problem::at(text, span, format!("`state.url`: {message}"))
+                })?;
+                Some(url)
+            }
+            None => None,
+        },
         telemetry: match raw.telemetry {
             Some(telemetry) => telemetry.config(text)?,
             None => super::TelemetryConfig::default(),
@@ -90,6 +101,14 @@ struct RawConfig {
     tool_search: Option<RawToolSearch>,
     quotas: Option<RawQuotas>,
     telemetry: Option<RawTelemetry>,
+    state: Option<RawState>,
+}
+
+/// `[state]`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawState {
+    url: Option<Spanned<String>>,
 }
 
 /// `[telemetry]`.
@@ -822,7 +841,7 @@ mod tests {
         let tool =
             "[[tools]]\nname = \"t\"\ndescription = \"d\"\ninput_schema = {}\ncommand = [\"x\"]\n";
         for (text, want) in [
-            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas, telemetry"),
+            ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas, telemetry, state"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
             ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
@@ -1029,6 +1048,28 @@ max_await_results_ms = 0
         assert!(e.to_string().contains("over 2048 bytes"), "{e}");
         let e = t("[telemetry]\nendpoint = \"http://h\"\n").unwrap_err();
         assert!(e.to_string().contains("known keys: otlp_endpoint"), "{e}");
+    }
+
+    #[test]
+    fn state_url_is_checked() {
+        let u = |text: &str| super::parse(text).map(|c| c.state_url);
+        assert_eq!(u("").unwrap(), None);
+        assert_eq!(
+            u("[state]\nurl = \"postgres://q@db:5432/quickcell\"\n").unwrap(),
+            Some("postgres://q@db:5432/quickcell".into())
+        );
+        let e = u("[state]\nurl = \"mysql://db/q\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2") && e.contains("must be a postgres:// URL"),
+            "{e}"
+        );
+        let long = format!("[state]\nurl = \"postgres://{}\"\n", "h".repeat(5000));
+        assert!(u(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("over 4096 bytes"));
     }
 
     #[test]

@@ -477,6 +477,30 @@ pub struct Config {
     /// `[telemetry]`: where the `quickcell` binary exports its tracing
     /// spans.
     pub telemetry: TelemetryConfig,
+    /// `[state] url`: the PostgreSQL database that keeps parked runs,
+    /// session values, saved results and the usage ledger
+    /// (`postgres://…`; [`crate::RuntimeBuilder::state_url`]). Absent → the
+    /// SQLite store of the state directory.
+    pub state_url: Option<String>,
+}
+
+/// Most bytes a state URL (`[state] url`, `--state-url`,
+/// `QUICKCELL_STATE_URL`) may have.
+pub const MAX_STATE_URL_BYTES: usize = 4096;
+
+/// Checks a state URL: `postgres://` or `postgresql://`, at most
+/// [`MAX_STATE_URL_BYTES`], no control characters.
+pub fn check_state_url(url: &str) -> Result<(), String> {
+    if url.len() > MAX_STATE_URL_BYTES {
+        return Err(format!("the state URL is over {MAX_STATE_URL_BYTES} bytes"));
+    }
+    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        return Err("the state URL must be a postgres:// URL".into());
+    }
+    if url.chars().any(char::is_control) {
+        return Err("the state URL contains control characters".into());
+    }
+    Ok(())
 }
 
 /// Most bytes `[telemetry] otlp_endpoint` may have.

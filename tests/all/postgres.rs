@@ -1,0 +1,145 @@
+//! Many hosts, one state (operations.md §5): `quickcell` processes in
+//! separate working directories sharing one PostgreSQL database (a
+//! throwaway PostgreSQL 15 cluster, `quickcell::testing::postgres_database`).
+
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+/// A scratch working directory of its own (no `.quickcell` shared).
+fn workdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quickcell-host-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `quickcell ARGS` in `dir` with `QUICKCELL_STATE_URL=url`: exit status
+/// and stdout as JSON.
+fn host(dir: &std::path::Path, url: &str, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .current_dir(dir)
+        .args(args)
+        .env("QUICKCELL_STATE_URL", url)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned())),
+    )
+}
+
+/// A run parked by one host is resumed by another in another directory;
+/// session values and the usage ledger are the database's.
+#[test]
+fn a_run_parked_on_one_host_resumes_on_another() {
+    let url = quickcell::testing::postgres_database();
+    let (a, b) = (workdir(), workdir());
+    let (status, parked) = host(
+        &a,
+        &url,
+        &[
+            "exec",
+            "--code",
+            "await store('greeting', 'hello'); text('parked on A'); await yield_control(); return (await load('greeting')) + ' from B';",
+        ],
+    );
+    assert_eq!(status, 3, "{parked}");
+    let run_id = parked["runId"].as_str().unwrap();
+    let (status, resumed) = host(&b, &url, &["wait", run_id]);
+    assert_eq!(status, 0, "{resumed}");
+    assert_eq!(resumed["value"], "hello from B");
+    // Resumed once: the run is gone for everyone.
+    let (status, again) = host(&a, &url, &["wait", run_id]);
+    assert_eq!(status, 1, "{again}");
+    // The store writes of A's cell were committed to the database.
+    let (_, read) = host(
+        &b,
+        &url,
+        &["exec", "--code", "return await load('greeting')"],
+    );
+    assert_eq!(read["value"], "hello");
+    // Neither directory holds a SQLite store.
+    assert!(!a.join(".quickcell").exists() && !b.join(".quickcell").exists());
+    // One ledger: A's exec, B's wait, A's refused wait, B's exec.
+    let (status, usage) = host(&a, &url, &["usage", "--json"]);
+    assert_eq!(status, 0, "{usage}");
+    assert_eq!(usage["calls"], 4, "{usage}");
+    let fuel = |v: &Value| v["telemetry"]["fuelUsed"].as_u64().unwrap();
+    assert_eq!(
+        usage["fuel"].as_u64().unwrap(),
+        fuel(&parked) + fuel(&resumed) + fuel(&again) + fuel(&read)
+    );
+}
+
+/// Two hosts `wait` the same run at once: exactly one resumes it.
+#[test]
+fn concurrent_waits_on_two_hosts_resume_a_run_once() {
+    let url = quickcell::testing::postgres_database();
+    for round in 0..3 {
+        let (a, b) = (workdir(), workdir());
+        let (status, parked) = host(
+            &a,
+            &url,
+            &["exec", "--code", "await yield_control(); return 'resumed';"],
+        );
+        assert_eq!(status, 3, "{parked}");
+        let run_id = parked["runId"].as_str().unwrap();
+        let waits: Vec<_> = [&a, &b]
+            .iter()
+            .map(|dir| {
+                Command::new(env!("CARGO_BIN_EXE_quickcell"))
+                    .current_dir(dir)
+                    .args(["wait", run_id])
+                    .env("QUICKCELL_STATE_URL", &url)
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let results: Vec<Value> = waits
+            .into_iter()
+            .map(|child| {
+                let out = child.wait_with_output().unwrap();
+                serde_json::from_slice(&out.stdout).unwrap()
+            })
+            .collect();
+        let completed = results
+            .iter()
+            .filter(|r| r["status"] == "completed")
+            .count();
+        assert_eq!(completed, 1, "round {round}: {results:?}");
+        let refused = results.iter().find(|r| r["status"] == "failed").unwrap();
+        let error = refused["error"].as_str().unwrap();
+        assert!(
+            error.contains("already being resumed") || error.contains("unknown"),
+            "{error}"
+        );
+    }
+}
+
+/// A state URL that is not PostgreSQL is a usage error; an unreachable
+/// database fails the call with the store named, and nothing runs.
+#[test]
+fn bad_state_urls_are_refused() {
+    let dir = workdir();
+    let (status, out) = host(&dir, "mysql://db/q", &["exec", "--code", "return 1"]);
+    assert_eq!(status, 2, "{out}");
+    assert!(
+        out.to_string().contains("must be a postgres:// URL"),
+        "{out}"
+    );
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/none");
+    let (status, out) = host(&dir, &url, &["exec", "--code", "return 1"]);
+    assert_eq!(status, 1, "{out}");
+    assert!(
+        out.to_string()
+            .contains("cannot open the PostgreSQL state store"),
+        "{out}"
+    );
+}
