@@ -67,6 +67,7 @@ mod runtime;
 #[cfg(feature = "mcp-server")]
 mod server;
 mod source;
+mod state_key;
 pub mod store;
 pub mod tools;
 
@@ -95,6 +96,7 @@ pub use runtime::{Runtime, RuntimeBuilder, SessionClosed};
 pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 #[cfg(feature = "sqlite")]
+pub use state_key::{StateKey, MAX_STATE_KEY_BYTES, MIN_STATE_KEY_BYTES, STATE_KEY_FILE};
 pub use store::STATE_FILE;
 pub use store::{Owner, StateStore};
 /// The cancel token of [`ExecInput::with_cancel`] and [`WaitInput::with_cancel`]

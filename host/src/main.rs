@@ -70,6 +70,9 @@ struct UsageArgs {
     /// PostgreSQL state store instead (also `QUICKCELL_STATE_URL`).
     #[arg(long, value_name = "URL")]
     state_url: Option<String>,
+    /// Its key file (see `exec --help`).
+    #[arg(long, value_name = "FILE")]
+    state_key_file: Option<PathBuf>,
 }
 
 /// `--since`: Unix milliseconds, or an age (`90s`, `30m`, `12h`, `7d`)
@@ -124,6 +127,11 @@ struct StateArgs {
     /// the process list).
     #[arg(long, value_name = "URL")]
     state_url: Option<String>,
+    /// File holding the key (at least 32 bytes) that authenticates stored
+    /// snapshots; required with a state URL, the same on every host (also
+    /// `[state] key_file`). A state directory without one generates its own.
+    #[arg(long, value_name = "FILE")]
+    state_key_file: Option<PathBuf>,
     /// The session the cell belongs to: its `store`/`load` values, and the
     /// only session that may `wait` it.
     #[arg(long, value_name = "ID", default_value = "default")]
@@ -469,6 +477,16 @@ async fn runtime_with_limits(
             }
             None => builder.state_dir(&state.state_dir),
         };
+        if let Some(path) = state
+            .state_key_file
+            .as_ref()
+            .or(config.state_key_file.as_ref())
+        {
+            match quickcell::StateKey::from_file(path) {
+                Ok(key) => builder = builder.state_key(key),
+                Err(e) => return Err(usage_error(e.to_string())),
+            }
+        }
     }
     if let Some(limits) = search_limits {
         builder = builder.tool_search_limits(limits);
@@ -629,6 +647,7 @@ async fn usage(args: UsageArgs) -> ExitCode {
     let state = StateArgs {
         state_dir: args.state_dir.clone(),
         state_url: args.state_url.clone(),
+        state_key_file: args.state_key_file.clone(),
         session: "default".into(),
     };
     let runtime = match runtime_from(Config::default(), ToolRegistry::new(), Some(&state)).await {

@@ -47,6 +47,7 @@ pub struct RuntimeBuilder {
     mcp_servers: Vec<McpServerConfig>,
     state_dir: Option<PathBuf>,
     state_url: Option<String>,
+    state_key: Option<crate::state_key::StateKey>,
     state_store: Option<Arc<dyn StateStore>>,
     policy: Policy,
     approver: Option<Arc<dyn Approver>>,
@@ -63,6 +64,7 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("mcp_servers", &self.mcp_servers)
             .field("state_dir", &self.state_dir)
             .field("state_url", &self.state_url.as_ref().map(|_| ".."))
+            .field("state_key", &self.state_key)
             .field("state_store", &self.state_store.as_ref().map(|_| ".."))
             .field("policy", &self.policy)
             .field("approver", &self.approver.as_ref().map(|_| ".."))
@@ -167,6 +169,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Seals every stored snapshot with an HMAC-SHA256 tag under `key`,
+    /// bound to its run, owner and generation; a snapshot whose tag does
+    /// not verify fails its run alone with `internal_error`. Required with
+    /// [`RuntimeBuilder::state_url`]; a state directory without one uses
+    /// (and first generates) its [`crate::STATE_KEY_FILE`]. Every runtime
+    /// sharing a store needs the same key.
+    pub fn state_key(mut self, key: crate::state_key::StateKey) -> Self {
+        self.state_key = Some(key);
+        self
+    }
+
     /// Keeps parked runs, session values and saved results in `store`
     /// (another backend of [`StateStore`]); it takes precedence over
     /// [`RuntimeBuilder::state_url`] and [`RuntimeBuilder::state_dir`]. Every runtime that shares the store's
@@ -205,12 +218,24 @@ impl RuntimeBuilder {
         let shared = engine::shared()
             .await
             .map_err(|e| Error::runtime_unavailable("cannot start the engine", e))?;
+        let mut state_key = self.state_key.take();
         let store: Arc<dyn StateStore> = match (self.state_store.take(), &self.state_dir) {
             (Some(store), _) => store,
             (None, _) if self.state_url.is_some() => {
+                if state_key.is_none() {
+                    return Err(Error::Config(
+                        "a PostgreSQL state store needs a state key: give --state-key-file FILE ([state] key_file) with at least 32 random bytes, the same on every host".into(),
+                    ));
+                }
                 open_state_url(self.state_url.as_deref().unwrap_or_default()).await?
             }
-            (None, Some(dir)) => open_state_dir(dir)?,
+            (None, Some(dir)) => {
+                let store = open_state_dir(dir)?;
+                if state_key.is_none() {
+                    state_key = Some(crate::state_key::StateKey::of_state_dir(dir)?);
+                }
+                store
+            }
             (None, None) => Arc::new(MemoryStateStore::default()),
         };
         let runs = Arc::new(RunRegistry::new(store.clone(), self.host_limits));
@@ -246,6 +271,7 @@ impl RuntimeBuilder {
             quotas: self.quotas,
             runs,
             store,
+            state_key,
             mcp,
         })
     }
@@ -376,6 +402,8 @@ pub struct Runtime {
     quotas: Quotas,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
+    /// Seals the snapshots the store keeps ([`RuntimeBuilder::state_key`]).
+    state_key: Option<crate::state_key::StateKey>,
     mcp: McpClients,
 }
 
@@ -462,6 +490,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             approver: self.approver.as_ref(),
             runs: &self.runs,
             store: &self.store,
+            state_key: self.state_key.as_ref(),
             telemetry,
             stats,
         }

@@ -12,12 +12,28 @@ fn workdir() -> std::path::PathBuf {
     dir
 }
 
-/// `quickcell ARGS` in `dir` with `QUICKCELL_STATE_URL=url`: exit status
-/// and stdout as JSON.
-fn host(dir: &std::path::Path, url: &str, args: &[&str]) -> (i32, Value) {
+/// A state key file of 32 random bytes (hex) named `name`, shared by the
+/// hosts of a test.
+fn key_file(name: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("quickcell-key-{name}-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&path, uuid::Uuid::new_v4().simple().to_string()).unwrap();
+    path
+}
+
+/// `quickcell ARGS` in `dir` with `QUICKCELL_STATE_URL=url` and the state
+/// key `key`: exit status and stdout as JSON (stderr as a string when
+/// stdout is empty).
+fn host_with_key(
+    dir: &std::path::Path,
+    url: &str,
+    key: &std::path::Path,
+    args: &[&str],
+) -> (i32, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
         .current_dir(dir)
         .args(args)
+        .arg("--state-key-file")
+        .arg(key)
         .env("QUICKCELL_STATE_URL", url)
         .output()
         .unwrap();
@@ -26,6 +42,12 @@ fn host(dir: &std::path::Path, url: &str, args: &[&str]) -> (i32, Value) {
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out.stderr).into_owned())),
     )
+}
+
+/// The hosts of most tests: one key for all.
+fn host(dir: &std::path::Path, url: &str, args: &[&str]) -> (i32, Value) {
+    static KEY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    host_with_key(dir, url, KEY.get_or_init(|| key_file("shared")), args)
 }
 
 /// A run parked by one host is resumed by another in another directory;
@@ -77,9 +99,11 @@ fn concurrent_waits_on_two_hosts_resume_a_run_once() {
     let url = quickcell::testing::postgres_database();
     for round in 0..3 {
         let (a, b) = (workdir(), workdir());
-        let (status, parked) = host(
+        let key = key_file("concurrent");
+        let (status, parked) = host_with_key(
             &a,
             &url,
+            &key,
             &["exec", "--code", "await yield_control(); return 'resumed';"],
         );
         assert_eq!(status, 3, "{parked}");
@@ -90,6 +114,8 @@ fn concurrent_waits_on_two_hosts_resume_a_run_once() {
                 Command::new(env!("CARGO_BIN_EXE_quickcell"))
                     .current_dir(dir)
                     .args(["wait", run_id])
+                    .arg("--state-key-file")
+                    .arg(&key)
                     .env("QUICKCELL_STATE_URL", &url)
                     .stdout(Stdio::piped())
                     .spawn()
@@ -140,6 +166,81 @@ fn bad_state_urls_are_refused() {
     assert!(
         out.to_string()
             .contains("cannot open the PostgreSQL state store"),
+        "{out}"
+    );
+}
+
+/// Snapshots are authenticated: without a key PostgreSQL is refused; a
+/// snapshot written under another key, altered in the database, or moved
+/// to another run's row fails that run alone with `internal_error`.
+#[test]
+fn snapshots_are_authenticated_by_the_state_key() {
+    let url = quickcell::testing::postgres_database();
+    let dir = workdir();
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .current_dir(&dir)
+        .args(["exec", "--code", "return 1"])
+        .env("QUICKCELL_STATE_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs a state key"), "{stderr}");
+
+    let (ours, theirs) = (key_file("ours"), key_file("theirs"));
+    let park = |key: &std::path::Path| {
+        let (status, parked) = host_with_key(
+            &dir,
+            &url,
+            key,
+            &["exec", "--code", "await yield_control(); return 'ok';"],
+        );
+        assert_eq!(status, 3, "{parked}");
+        parked["runId"].as_str().unwrap().to_string()
+    };
+    let refused = |key: &std::path::Path, run_id: &str| {
+        let (status, out) = host_with_key(&dir, &url, key, &["wait", run_id]);
+        assert_eq!(status, 1, "{out}");
+        assert_eq!(out["code"], "internal_error", "{out}");
+        assert!(
+            out["error"]
+                .as_str()
+                .unwrap()
+                .contains("authentication tag does not verify"),
+            "{out}"
+        );
+    };
+    // Another key.
+    let run = park(&theirs);
+    refused(&ours, &run);
+    // Altered in the database.
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .args([url.as_str(), "-qAtc", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let run = park(&ours);
+    psql(&format!(
+        "UPDATE runs SET snapshot = overlay(snapshot placing '\\x00'::bytea from 40 for 1) WHERE run_id = '{run}'"
+    ));
+    refused(&ours, &run);
+    // Moved to another run's row.
+    let (first, second) = (park(&ours), park(&ours));
+    psql(&format!(
+        "UPDATE runs SET snapshot = (SELECT snapshot FROM runs WHERE run_id = '{first}') WHERE run_id = '{second}'"
+    ));
+    refused(&ours, &second);
+    // The other run is untouched.
+    let (status, out) = host_with_key(&dir, &url, &ours, &["wait", &first]);
+    assert_eq!(
+        (status, out["value"].clone()),
+        (0, Value::from("ok")),
         "{out}"
     );
 }

@@ -107,6 +107,9 @@ pub(crate) struct CellEnv<'a> {
     pub runs: &'a Arc<RunRegistry>,
     /// Parked runs, session values and saved results.
     pub store: &'a Arc<dyn crate::store::StateStore>,
+    /// The key that seals stored snapshots (none: the store never leaves
+    /// the process).
+    pub state_key: Option<&'a crate::state_key::StateKey>,
     pub telemetry: &'a (dyn Fn() -> Telemetry + Sync),
     /// What the call used, for its usage record.
     pub stats: &'a CallStats,

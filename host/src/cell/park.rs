@@ -156,7 +156,10 @@ impl LiveCell {
             owner: self.owner.clone(),
             generation: host.generation,
             expires_at_ms,
-            snapshot: bytes,
+            snapshot: match env.state_key {
+                Some(key) => key.seal(&run_id, &self.owner, host.generation, bytes),
+                None => bytes,
+            },
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         env.stats

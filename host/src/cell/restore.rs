@@ -34,7 +34,14 @@ pub(super) async fn restore(
         .limits
         .linear_memory_cap(env.shared.initial_memory_bytes)
         .min(crate::engine::POOL_MAX_MEMORY_BYTES);
-    let snapshot = snapshot::decode(&claimed.snapshot, env.shared.image_key(), ceiling)
+    // Authenticated before anything of it is decoded.
+    let sealed = match env.state_key {
+        Some(key) => key
+            .open(run_id, &input.owner, claimed.generation, &claimed.snapshot)
+            .map_err(unusable)?,
+        None => &claimed.snapshot[..],
+    };
+    let snapshot = snapshot::decode(sealed, env.shared.image_key(), ceiling)
         .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
@@ -43,6 +50,9 @@ pub(super) async fn restore(
             "it belongs to run {}, not {run_id}",
             host.run_id
         )));
+    }
+    if host.agent_run != input.owner.agent_run || host.session != input.owner.session {
+        return Err(unusable("it names another owner than its run".into()));
     }
     // Answers to calls the run does not wait on change nothing: the run
     // stays parked as it was.

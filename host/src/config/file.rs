@@ -69,6 +69,11 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             .map(RawToolSearch::config)
             .unwrap_or_default(),
         quotas: raw.quotas.map(RawQuotas::quotas).unwrap_or_default(),
+        state_key_file: raw
+            .state
+            .as_ref()
+            .and_then(|s| s.key_file.clone())
+            .map(PathBuf::from),
         state_url: match raw.state.and_then(|s| s.url) {
             Some(url) => {
                 let span = url.span();
@@ -109,6 +114,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawState {
     url: Option<Spanned<String>>,
+    key_file: Option<String>,
 }
 
 /// `[telemetry]`.

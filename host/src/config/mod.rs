@@ -482,6 +482,9 @@ pub struct Config {
     /// (`postgres://…`; [`crate::RuntimeBuilder::state_url`]). Absent → the
     /// SQLite store of the state directory.
     pub state_url: Option<String>,
+    /// `[state] key_file`: the file of the key that authenticates stored
+    /// snapshots ([`crate::RuntimeBuilder::state_key`]).
+    pub state_key_file: Option<PathBuf>,
 }
 
 /// Most bytes a state URL (`[state] url`, `--state-url`,
