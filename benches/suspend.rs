@@ -12,9 +12,11 @@
 //!   stack pointer + reseed.
 //!
 //! `exec_to_waiting` and `wait_to_completed` time whole calls with the
-//! in-memory state store; `sqlite_exec_to_waiting` and
-//! `sqlite_wait_to_completed` the same calls with the SQLite store in a
-//! scratch state directory (what the CLI and `serve` use). Run with
+//! in-memory state store; `sqlite_park_resume/*` and
+//! `sqlite_20mb_park_resume/*` the same calls (one-tool and 20 MB cells)
+//! with the SQLite store in a scratch state directory (what the CLI and
+//! `serve` use), `postgres_park_resume/*` and `postgres_20mb_park_resume/*`
+//! with the PostgreSQL store (a throwaway local cluster). Run with
 //! `cargo bench --bench suspend`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -145,20 +147,28 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-/// Whole park and resume calls of the one-tool cell with the SQLite state
-/// store.
-fn sqlite_benches(c: &mut Criterion) {
+/// Whole park and resume calls of the one-tool cell and of the 20 MB cell
+/// with a persistent state store built by `build` (`prefix` names it).
+fn store_benches(c: &mut Criterion, prefix: &str, build: quickcell::RuntimeBuilder) {
     let (rt, registry) = setup();
-    let dir = std::env::temp_dir().join(format!("quickcell-bench-state-{}", std::process::id()));
     let runtime = rt
-        .block_on(Runtime::builder().tools(registry).state_dir(&dir).build())
+        .block_on(
+            build
+                .tools(registry)
+                .limits(
+                    Limits::default()
+                        .with_max_snapshot_bytes(256 << 20)
+                        .with_memory_limit_bytes(256 << 20),
+                )
+                .build(),
+        )
         .unwrap();
     // Parks, then resumes; returns the time of the resume when
     // `timed_wait`, else of the park.
-    let call = |timed_wait: bool| {
+    let call = |code: &str, timed_wait: bool| {
         rt.block_on(async {
             let start = std::time::Instant::now();
-            let parked = runtime.exec(ExecInput::new("bench", ONE_TOOL)).await;
+            let parked = runtime.exec(ExecInput::new("bench", code)).await;
             let parking = start.elapsed();
             let id = parked.run_id().expect("waiting").to_string();
             runtime.settle_parked_tool_calls().await;
@@ -173,15 +183,41 @@ fn sqlite_benches(c: &mut Criterion) {
             }
         })
     };
-    c.bench_function("sqlite_exec_to_waiting", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| call(false)).sum::<Duration>())
-    });
-    c.bench_function("sqlite_wait_to_completed", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| call(true)).sum::<Duration>())
-    });
-    drop(runtime);
+    for (cell, code, samples) in [("", ONE_TOOL, 100), ("20mb_", HEAVY, 10)] {
+        let mut group = c.benchmark_group(format!("{prefix}{cell}park_resume"));
+        group.sample_size(samples);
+        group.bench_function("exec_to_waiting", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| call(code, false)).sum::<Duration>())
+        });
+        group.bench_function("wait_to_completed", |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| call(code, true)).sum::<Duration>())
+        });
+        group.finish();
+    }
+}
+
+/// The SQLite state store in a scratch state directory.
+fn sqlite_benches(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("quickcell-bench-state-{}", std::process::id()));
+    store_benches(c, "sqlite_", Runtime::builder().state_dir(&dir));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(suspend, benches, sqlite_benches);
+/// The PostgreSQL state store in a fresh database of a throwaway cluster
+/// (`QUICKCELL_TEST_POSTGRES_URL`, or one started for the run).
+#[cfg(feature = "postgres")]
+fn postgres_benches(c: &mut Criterion) {
+    let url = quickcell::testing::postgres_database();
+    let key = quickcell::StateKey::new(&[7; 32]).unwrap();
+    store_benches(
+        c,
+        "postgres_",
+        Runtime::builder().state_url(url).state_key(key),
+    );
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_benches(_: &mut Criterion) {}
+
+criterion_group!(suspend, benches, sqlite_benches, postgres_benches);
 criterion_main!(suspend);

@@ -183,6 +183,19 @@ pub mod testing {
         format!("{base}/{name}")
     }
 
+    /// `snapshot` (a stored snapshot without its tag) tagged for its run
+    /// under `key`, as a runtime stores it: lets tests reach the snapshot
+    /// decoder's own checks behind the authentication.
+    pub fn seal_snapshot(
+        key: &crate::StateKey,
+        run_id: &str,
+        owner: &crate::Owner,
+        generation: u64,
+        snapshot: Vec<u8>,
+    ) -> Vec<u8> {
+        key.seal(run_id, owner, generation, snapshot)
+    }
+
     /// Timings of the process's latest checkpoint and restore.
     #[derive(Debug, Clone, Copy)]
     pub struct SuspendStats {

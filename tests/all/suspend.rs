@@ -589,11 +589,29 @@ fn stored_snapshot(conn: &rusqlite::Connection, run_id: &str) -> Vec<u8> {
     .unwrap()
 }
 
-/// Rewrites the stored snapshot of `run_id` with `f`.
-fn tamper(dir: &std::path::Path, run_id: &str, f: impl FnOnce(&mut Vec<u8>)) {
+/// Rewrites the stored snapshot of `run_id` with `f`: the snapshot
+/// itself, re-tagged with the state directory's key when `reseal` (so the
+/// decoder's checks are what meets the damage), else the stored bytes with
+/// their tag.
+fn tamper(dir: &std::path::Path, run_id: &str, reseal: bool, f: impl FnOnce(&mut Vec<u8>)) {
     let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
     let mut blob = stored_snapshot(&conn, run_id);
-    f(&mut blob);
+    if reseal {
+        let (agent_run, session, generation): (String, String, i64) = conn
+            .query_row(
+                "SELECT agent_run, session, generation FROM runs WHERE run_id = ?1",
+                [run_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        blob.truncate(blob.len() - 32);
+        f(&mut blob);
+        let key = quickcell::StateKey::from_file(&dir.join(quickcell::STATE_KEY_FILE)).unwrap();
+        let owner = quickcell::Owner { agent_run, session };
+        blob = quickcell::testing::seal_snapshot(&key, run_id, &owner, generation as u64, blob);
+    } else {
+        f(&mut blob);
+    }
     conn.execute(
         "UPDATE runs SET snapshot = ?2 WHERE run_id = ?1",
         rusqlite::params![run_id, blob],
@@ -613,6 +631,10 @@ async fn corrupt_truncated_and_foreign_snapshots_fail_alone() {
     };
     type Damage = Box<dyn Fn(&mut Vec<u8>)>;
     let cases: Vec<(&str, Damage)> = vec![
+        (
+            "authentication tag does not verify",
+            Box::new(|b: &mut Vec<u8>| b[40] ^= 1),
+        ),
         (
             "checksum",
             Box::new(|b: &mut Vec<u8>| {
@@ -634,7 +656,8 @@ async fn corrupt_truncated_and_foreign_snapshots_fail_alone() {
     let bystander = park().await;
     for (expected, damage) in cases {
         let id = park().await;
-        tamper(&dir, &id, damage);
+        let reseal = !expected.starts_with("authentication");
+        tamper(&dir, &id, reseal, damage);
         let r = rt.wait(WaitInput::new(&id)).await;
         let f = failed(&r);
         assert_eq!(f.code, ErrorCode::InternalError);
