@@ -46,14 +46,14 @@ fn start(http: &str) -> (HttpServer, u16) {
 }
 
 /// One HTTP response: status, headers (lower-case names) and body text.
-struct Response {
-    status: u16,
+pub(crate) struct Response {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
@@ -75,7 +75,7 @@ impl Response {
 /// Sends `head` (request line and headers, without the blank line) and
 /// `body`, and reads the response. The server must answer within ten
 /// seconds even when `body` is shorter than the declared length.
-fn send(port: u16, head: &str, body: &[u8]) -> Response {
+pub(crate) fn send(port: u16, head: &str, body: &[u8]) -> Response {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -119,10 +119,10 @@ fn send(port: u16, head: &str, body: &[u8]) -> Response {
     }
 }
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
 
 /// A POST to `/mcp` with `extra` headers and `body`.
-fn post(port: u16, extra: &[&str], body: &str) -> Response {
+pub(crate) fn post(port: u16, extra: &[&str], body: &str) -> Response {
     let mut head = format!(
         "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}",
         body.len()
@@ -278,7 +278,7 @@ fn a_non_loopback_bind_without_a_token_is_refused_at_startup() {
 }
 
 /// The `data:` JSON-RPC message of an SSE (or plain JSON) response body.
-fn rpc_message(response: &Response) -> Value {
+pub(crate) fn rpc_message(response: &Response) -> Value {
     let json = response
         .body
         .lines()
@@ -289,7 +289,7 @@ fn rpc_message(response: &Response) -> Value {
 
 /// The value of the exposition line that starts with `series ` (a metric
 /// name with its labels as rendered).
-fn sample(exposition: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(exposition: &str, series: &str) -> Option<f64> {
     exposition
         .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))

@@ -199,6 +199,11 @@ impl HttpServer {
         }
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `quickcell serve --http` with a scratch state directory.
     fn start() -> Self {
         let state = scratch_state();

@@ -244,3 +244,119 @@ fn snapshots_are_authenticated_by_the_state_key() {
         "{out}"
     );
 }
+
+/// Two `serve --http` hosts sharing one database park 1,000 runs between
+/// them (500 each, through MCP); each host's `/metrics` counts all 1,000
+/// and its memory is reported. Runs are resumed on the host that holds
+/// their MCP session.
+#[test]
+fn a_thousand_runs_parked_across_two_serving_hosts() {
+    use crate::http::{post, rpc_message, sample, send, INITIALIZE};
+    let url = quickcell::testing::postgres_database();
+    let dir = workdir();
+    let token = "t0k3n-for-two-hosts";
+    std::fs::write(dir.join("token"), token).unwrap();
+    std::fs::write(
+        dir.join("quickcell.toml"),
+        "[host]\nmax_suspended_runs = 2000\nmax_suspended_runs_per_session = 1000\n",
+    )
+    .unwrap();
+    let key = key_file("serve");
+    let hosts: Vec<(crate::mcp::HttpServer, u16)> = (0..2)
+        .map(|_| {
+            let mut chosen = 0;
+            let server = crate::mcp::HttpServer::spawn(|port| {
+                chosen = port;
+                let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+                command
+                    .current_dir(&dir)
+                    .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+                    .args(["--config", "quickcell.toml", "--auth-token-file", "token"])
+                    .arg("--state-key-file")
+                    .arg(&key)
+                    .env("QUICKCELL_STATE_URL", &url);
+                command
+            });
+            (server, chosen)
+        })
+        .collect();
+    let bearer = format!("Authorization: Bearer {token}");
+    let mut parked_ids = Vec::new();
+    for (_, port) in &hosts {
+        let port = *port;
+        let init = post(port, &[&bearer], INITIALIZE);
+        let session = format!("Mcp-Session-Id: {}", init.header("mcp-session-id").unwrap());
+        post(
+            port,
+            &[&bearer, &session],
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        );
+        let call = |id: usize, name: &str, arguments: Value| {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": name, "arguments": arguments}});
+            let message = rpc_message(&post(port, &[&bearer, &session], &body.to_string()));
+            message["result"]["structuredContent"].clone()
+        };
+        for i in 0..500 {
+            let r = call(
+                i + 2,
+                "exec",
+                serde_json::json!({"title": "park", "code": format!("await yield_control(); return {i};")}),
+            );
+            assert_eq!(r["status"], "waiting", "{r}");
+            parked_ids.push(r["runId"].as_str().unwrap().to_string());
+        }
+        // One of this host's runs resumes in its session.
+        let r = call(
+            1000,
+            "wait",
+            serde_json::json!({"runId": parked_ids.pop().unwrap()}),
+        );
+        assert_eq!(r["value"], 499, "{r}");
+        let r = call(
+            1001,
+            "exec",
+            serde_json::json!({"title": "park", "code": "await yield_control(); return 500;"}),
+        );
+        parked_ids.push(r["runId"].as_str().unwrap().to_string());
+    }
+    assert_eq!(parked_ids.len(), 1000);
+    for (server, port) in &hosts {
+        let m = send(
+            *port,
+            &format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{bearer}"),
+            b"",
+        );
+        assert_eq!(
+            sample(&m.body, "quickcell_cells_parked"),
+            Some(1000.0),
+            "{}",
+            m.body
+        );
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let rss_kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        eprintln!(
+            "host on port {port}: RSS {} MiB with 500 of the 1,000 parked runs its own",
+            rss_kb / 1024
+        );
+        assert!(rss_kb < 1 << 20, "RSS {rss_kb} KiB");
+    }
+    let out = Command::new("psql")
+        .args([
+            url.as_str(),
+            "-qAtc",
+            "SELECT COUNT(*), pg_size_pretty(SUM(octet_length(snapshot))) FROM runs",
+        ])
+        .output()
+        .unwrap();
+    eprintln!(
+        "database: runs, snapshot bytes: {}",
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("1000|"));
+}
