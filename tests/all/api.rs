@@ -52,11 +52,14 @@ impl RunStore for Counting {
             .claim(run_id, owner, now_ms, claim_until_ms)
             .await
     }
-    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
-        self.inner.unclaim(run_id).await
+    async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
+        self.inner.unclaim(run_id, lease).await
     }
     async fn remove(&self, run_id: &str) -> StoreResult<()> {
         self.inner.remove(run_id).await
+    }
+    async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
+        self.inner.release(run_id, lease).await
     }
     async fn record_settlement(
         &self,

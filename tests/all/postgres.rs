@@ -360,3 +360,85 @@ fn a_thousand_runs_parked_across_two_serving_hosts() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("1000|"));
 }
+
+/// `kill -9` of the host resuming a run: its claim holds until its
+/// deadline (another host is told the run is being resumed), then a
+/// restart-safe run is resumed by another host from its last park, while
+/// any other run is unavailable (it may have run once already).
+#[test]
+fn a_run_whose_host_died_mid_wait_resumes_elsewhere_after_the_lease() {
+    let url = quickcell::testing::postgres_database();
+    let (a, b) = (workdir(), workdir());
+    for dir in [&a, &b] {
+        std::fs::write(dir.join("quickcell.toml"), "[limits]\ntimeout_ms = 2000\n").unwrap();
+    }
+    let key = key_file("lease");
+    let code =
+        "await yield_control(); await new Promise((r) => setTimeout(r, 1500)); return 'done';";
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", "quickcell.toml"]);
+        host_with_key(dir, &url, &key, &all)
+    };
+    for restart_safe in [true, false] {
+        let input =
+            serde_json::json!({"title": "lease", "code": code, "restartSafe": restart_safe});
+        let (status, parked) = run(&a, &["exec", "--input", &input.to_string()]);
+        assert_eq!(status, 3, "{parked}");
+        let run_id = parked["runId"].as_str().unwrap().to_string();
+        // Host A resumes it and dies in the middle.
+        let mut dying = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+            .current_dir(&a)
+            .args([
+                "wait",
+                &run_id,
+                "--config",
+                "quickcell.toml",
+                "--state-key-file",
+            ])
+            .arg(&key)
+            .env("QUICKCELL_STATE_URL", &url)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        dying.kill().unwrap();
+        dying.wait().unwrap();
+        let (_, busy) = run(&b, &["wait", &run_id]);
+        assert!(
+            busy["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("already being resumed"),
+            "the lease holds: {busy}"
+        );
+        // After the lease (the call's timeout + 2 s), host B.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut last = loop {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let (_, r) = run(&b, &["wait", &run_id]);
+            let still_held = r["error"]
+                .as_str()
+                .unwrap_or("")
+                .contains("already being resumed");
+            if !still_held || std::time::Instant::now() > deadline {
+                break r;
+            }
+        };
+        if restart_safe {
+            while last["status"] == "waiting" {
+                last = run(&b, &["wait", &run_id]).1;
+            }
+            assert_eq!(last["value"], "done", "{last}");
+        } else {
+            assert_eq!(last["code"], "invalid_input", "{last}");
+            assert!(
+                last["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("unavailable or expired"),
+                "{last}"
+            );
+        }
+    }
+}

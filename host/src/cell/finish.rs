@@ -23,8 +23,16 @@ impl LiveCell {
         let output = std::mem::take(&mut self.store.data_mut().output);
         let dispatch_started = self.bridge.dispatch_started;
         if let Some(run_id) = &self.run_id {
-            if let Err(e) = env.store.remove(run_id).await {
-                tracing::warn!(run_id, error = %e, "cannot remove a finished run");
+            let removed = match self.lease {
+                Some(lease) => env.store.release(run_id, lease).await,
+                None => env.store.remove(run_id).await.map(|()| true),
+            };
+            match removed {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::warn!(run_id, "a finished run was claimed by another wait after this one's claim lapsed; left to it");
+                }
+                Err(e) => tracing::warn!(run_id, error = %e, "cannot remove a finished run"),
             }
         }
         let replay_safe = self.replay_safe();

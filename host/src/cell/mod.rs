@@ -192,6 +192,9 @@ struct LiveCell {
     /// Whether the guest's latest status had an outcome (its promise had
     /// settled); a snapshot keeps it, so a restore need not ask the guest.
     guest_finished: bool,
+    /// The lease of this call's claim on the run (a resumed cell): its
+    /// park or removal is fenced by it.
+    lease: Option<u64>,
 }
 
 /// Margin before the deadline at which a cell waiting on host work parks
@@ -354,6 +357,7 @@ pub(crate) async fn exec(
         cancel,
         tool_calls_before: 0,
         guest_finished: false,
+        lease: None,
     };
     cell.drive(env, status).await
 }
@@ -426,6 +430,7 @@ pub(crate) async fn wait(
     if input.cancel {
         return abandon(env, run_id, live).await;
     }
+    let lease = claimed.lease;
     let resuming = env.runs.resuming(run_id);
     cancel.run = resuming.token.clone();
     let restoring =
@@ -443,9 +448,9 @@ pub(crate) async fn wait(
             // snapshot is removed.
             let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable || f.failure_phase == FailurePhase::Input);
             let cleanup = if unavailable {
-                env.store.unclaim(run_id).await
+                env.store.unclaim(run_id, lease).await
             } else {
-                env.store.remove(run_id).await
+                env.store.release(run_id, lease).await.map(drop)
             };
             if let Err(e) = cleanup {
                 tracing::warn!(run_id, error = %e, "cannot release a run that failed to restore");

@@ -160,6 +160,8 @@ impl LiveCell {
                 Some(key) => key.seal(&run_id, &self.owner, host.generation, bytes),
                 None => bytes,
             },
+            lease: self.lease,
+            regrant: self.restart_safe,
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         env.stats

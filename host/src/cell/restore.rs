@@ -212,6 +212,7 @@ pub(super) async fn restore(
         cancel,
         tool_calls_before,
         guest_finished: host.guest_finished.unwrap_or(false),
+        lease: Some(claimed.lease),
     };
     Ok((cell, status))
 }

@@ -31,7 +31,16 @@ struct MemoryRun {
     run: ParkedRun,
     /// `Some(until)` while a `wait` holds it.
     claimed_until_ms: Option<u64>,
+    /// The claim counter (the latest claim's lease).
+    lease: u64,
     settlements: Vec<(u64, u64, String)>,
+}
+
+/// Whether a claim of `entry` has lapsed at `now_ms`, and what follows: the
+/// run is claimable again (`Some(true)`) or gone (`Some(false)`).
+fn lapsed(entry: &MemoryRun, now_ms: u64) -> Option<bool> {
+    let until = entry.claimed_until_ms?;
+    (until < now_ms).then_some(entry.run.regrant && entry.run.expires_at_ms > now_ms)
 }
 
 impl MemoryStateStore {
@@ -50,6 +59,12 @@ impl StateStore for MemoryStateStore {
 impl RunStore for MemoryStateStore {
     async fn park(&self, run: ParkedRun) -> StoreResult<()> {
         let mut runs = self.runs();
+        let lease = runs.get(&run.run_id).map_or(0, |old| old.lease);
+        if let Some(held) = run.lease {
+            if !runs.contains_key(&run.run_id) || held != lease {
+                return Err(anyhow::anyhow!(super::fenced(&run.run_id)).into());
+            }
+        }
         let settlements = runs
             .remove(&run.run_id)
             .map(|old| old.settlements)
@@ -62,6 +77,7 @@ impl RunStore for MemoryStateStore {
             MemoryRun {
                 run,
                 claimed_until_ms: None,
+                lease,
                 settlements,
             },
         );
@@ -79,10 +95,15 @@ impl RunStore for MemoryStateStore {
         let Some(entry) = runs.get_mut(run_id) else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
-        let stale_claim = entry.claimed_until_ms.is_some_and(|c| c < now_ms);
-        if (entry.claimed_until_ms.is_none() && entry.run.expires_at_ms <= now_ms) || stale_claim {
+        let lapsed = lapsed(entry, now_ms);
+        if (entry.claimed_until_ms.is_none() && entry.run.expires_at_ms <= now_ms)
+            || lapsed == Some(false)
+        {
             runs.remove(run_id);
             return Ok(Err(ClaimRefused::Unavailable));
+        }
+        if lapsed == Some(true) {
+            entry.claimed_until_ms = None;
         }
         if entry.run.owner.agent_run != owner.agent_run {
             return Ok(Err(ClaimRefused::OtherAgentRun));
@@ -94,8 +115,10 @@ impl RunStore for MemoryStateStore {
             return Ok(Err(ClaimRefused::Busy));
         }
         entry.claimed_until_ms = Some(claim_until_ms);
+        entry.lease += 1;
         let generation = entry.run.generation;
         Ok(Ok(Claimed {
+            lease: entry.lease,
             generation,
             snapshot: entry.run.snapshot.clone(),
             settlements: entry
@@ -107,9 +130,11 @@ impl RunStore for MemoryStateStore {
         }))
     }
 
-    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+    async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
         if let Some(entry) = self.runs().get_mut(run_id) {
-            entry.claimed_until_ms = None;
+            if entry.lease == lease {
+                entry.claimed_until_ms = None;
+            }
         }
         Ok(())
     }
@@ -117,6 +142,15 @@ impl RunStore for MemoryStateStore {
     async fn remove(&self, run_id: &str) -> StoreResult<()> {
         self.runs().remove(run_id);
         Ok(())
+    }
+
+    async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
+        let mut runs = self.runs();
+        if runs.get(run_id).is_some_and(|e| e.lease == lease) {
+            runs.remove(run_id);
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
@@ -168,9 +202,10 @@ impl RunStore for MemoryStateStore {
         let mut runs = self.runs();
         let expired: Vec<String> = runs
             .iter()
-            .filter(|(_, e)| match e.claimed_until_ms {
-                Some(until) => until < now_ms,
-                None => e.run.expires_at_ms <= now_ms,
+            .filter(|(_, e)| match lapsed(e, now_ms) {
+                // A lapsed claim of a restart-safe run stays for a new one.
+                Some(regrant) => !regrant,
+                None => e.claimed_until_ms.is_none() && e.run.expires_at_ms <= now_ms,
             })
             .map(|(id, _)| id.clone())
             .collect();

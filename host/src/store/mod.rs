@@ -24,10 +24,13 @@
 //! `wait` in some process until its claim deadline). Claiming is one atomic
 //! step that checks the contract's order — known and unexpired, same agent
 //! run, same session, no other `wait` in flight — so a snapshot is resumed
-//! at most once. A claim whose holder vanished (the process died
-//! mid-`wait`) is not re-granted: after the claim deadline the run is
-//! reported unavailable and removed, because its snapshot may already have
-//! been resumed once. `tests.rs` is the conformance suite every backend
+//! at most once per park. A claim is a lease with a fencing counter: each
+//! claim increments the run's counter and the claim's writes carry it, so
+//! a host whose claim lapsed cannot write the run back once another host
+//! has claimed it. A claim whose holder vanished (the process died
+//! mid-`wait`) is re-granted after its deadline only for a restart-safe
+//! run ([`ParkedRun::regrant`]); any other run is then reported unavailable
+//! and removed, because its snapshot may already have been resumed once. `tests.rs` is the conformance suite every backend
 //! passes.
 
 mod memory;
@@ -71,6 +74,17 @@ pub struct ParkedRun {
     pub expires_at_ms: u64,
     /// The checkpoint (the snapshot crate's format), opaque to the store.
     pub snapshot: Vec<u8>,
+    /// The lease of the claim this park ends ([`Claimed::lease`]); `None`
+    /// for a run parked for the first time. A park under a lease that is
+    /// no longer the run's latest (another host claimed it since) fails:
+    /// that is the fencing that keeps a host whose claim lapsed from
+    /// writing the run back.
+    pub lease: Option<u64>,
+    /// Whether the run may be claimed again once a claim on it has lapsed
+    /// (its holder vanished mid-`wait`): only for restart-safe cells,
+    /// which may run again from this snapshot. Otherwise a lapsed claim
+    /// makes the run unavailable.
+    pub regrant: bool,
 }
 
 /// A successful claim: the snapshot to resume.
@@ -83,6 +97,11 @@ pub struct Claimed {
     /// Settlements recorded for this generation while the run was parked,
     /// in the order they were recorded.
     pub settlements: Vec<String>,
+    /// The claim's fencing token: the run's claim counter, incremented by
+    /// every claim. Writes that end the claim ([`RunStore::park`],
+    /// [`RunStore::release`], [`RunStore::unclaim`]) carry it and fail, or
+    /// do nothing, once a later claim exists.
+    pub lease: u64,
 }
 
 /// Why a run cannot be claimed (the contract's `wait` admission order).
@@ -98,6 +117,11 @@ pub enum ClaimRefused {
     Busy,
 }
 
+/// The error of a write under a lease that a later claim replaced.
+pub(crate) fn fenced(run_id: &str) -> String {
+    format!("run {run_id} was claimed by another wait since this one's claim lapsed; its write is refused")
+}
+
 /// A state store failure: the backend's error with its source chain.
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
@@ -111,7 +135,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[async_trait]
 pub trait RunStore: Send + Sync {
     /// Stores (or replaces) a parked run in state `parked`, and forgets the
-    /// settlements of its earlier generations.
+    /// settlements of its earlier generations. Fails when the run's
+    /// [`ParkedRun::lease`] is not its latest claim (fencing).
     async fn park(&self, run: ParkedRun) -> StoreResult<()>;
     /// Claims a parked run for one `wait` until `claim_until_ms`.
     async fn claim(
@@ -121,11 +146,15 @@ pub trait RunStore: Send + Sync {
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>>;
-    /// Returns a claimed run to `parked` unchanged (the `wait` could not
-    /// start it, e.g. the runtime was unavailable).
-    async fn unclaim(&self, run_id: &str) -> StoreResult<()>;
+    /// Returns a run claimed under `lease` to `parked` unchanged (the
+    /// `wait` could not start it, e.g. the runtime was unavailable); does
+    /// nothing once a later claim exists.
+    async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()>;
     /// Removes a run and its settlements.
     async fn remove(&self, run_id: &str) -> StoreResult<()>;
+    /// Removes a run claimed under `lease` (its `wait` finished it), unless
+    /// a later claim exists; returns whether it did.
+    async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool>;
     /// Removes every run of `session` (parked or resuming) and their
     /// settlements; returns their ids. What closing a session does
     /// (operations.md §3.1).

@@ -33,7 +33,8 @@ pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`. Applied
 /// ones are recorded in `quickcell_migrations`; a database with a version
 /// this build does not know is refused.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY,
     agent_run TEXT NOT NULL,
@@ -82,7 +83,12 @@ CREATE TABLE usage (
 );
 CREATE INDEX usage_by_session ON usage (session, at_ms);
 CREATE INDEX usage_by_time ON usage (at_ms);
-"];
+",
+    "
+ALTER TABLE runs ADD COLUMN lease BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN regrant BOOLEAN NOT NULL DEFAULT false;
+",
+];
 
 /// Key of the advisory lock that serializes migrations across hosts
 /// starting at once.
@@ -238,25 +244,53 @@ impl RunStore for PostgresStateStore {
         let work = async {
             let mut client = self.client().await?;
             let tx = client.transaction().await?;
-            tx.execute(
-                "INSERT INTO runs
-                 (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
-                 VALUES ($1, $2, $3, 'parked', $4, $5, NULL, $6)
-                 ON CONFLICT (run_id) DO UPDATE SET
-                   agent_run = EXCLUDED.agent_run, session = EXCLUDED.session,
-                   state = 'parked', generation = EXCLUDED.generation,
-                   expires_at_ms = EXCLUDED.expires_at_ms, claimed_until_ms = NULL,
-                   snapshot = EXCLUDED.snapshot",
-                &[
-                    &run.run_id,
-                    &run.owner.agent_run,
-                    &run.owner.session,
-                    &to_i64(run.generation),
-                    &to_i64(run.expires_at_ms),
-                    &run.snapshot,
-                ],
-            )
-            .await?;
+            match run.lease {
+                Some(lease) => {
+                    let updated = tx
+                        .execute(
+                            "UPDATE runs SET agent_run = $2, session = $3, state = 'parked',
+                               generation = $4, expires_at_ms = $5, claimed_until_ms = NULL,
+                               snapshot = $6, regrant = $7
+                             WHERE run_id = $1 AND lease = $8",
+                            &[
+                                &run.run_id,
+                                &run.owner.agent_run,
+                                &run.owner.session,
+                                &to_i64(run.generation),
+                                &to_i64(run.expires_at_ms),
+                                &run.snapshot,
+                                &run.regrant,
+                                &to_i64(lease),
+                            ],
+                        )
+                        .await?;
+                    if updated == 0 {
+                        anyhow::bail!(super::fenced(&run.run_id));
+                    }
+                }
+                None => {
+                    tx.execute(
+                        "INSERT INTO runs
+                         (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, regrant)
+                         VALUES ($1, $2, $3, 'parked', $4, $5, NULL, $6, $7)
+                         ON CONFLICT (run_id) DO UPDATE SET
+                           agent_run = EXCLUDED.agent_run, session = EXCLUDED.session,
+                           state = 'parked', generation = EXCLUDED.generation,
+                           expires_at_ms = EXCLUDED.expires_at_ms, claimed_until_ms = NULL,
+                           snapshot = EXCLUDED.snapshot, regrant = EXCLUDED.regrant",
+                        &[
+                            &run.run_id,
+                            &run.owner.agent_run,
+                            &run.owner.session,
+                            &to_i64(run.generation),
+                            &to_i64(run.expires_at_ms),
+                            &run.snapshot,
+                            &run.regrant,
+                        ],
+                    )
+                    .await?;
+                }
+            }
             tx.execute(
                 "DELETE FROM settlements WHERE run_id = $1 AND generation < $2",
                 &[&run.run_id, &to_i64(run.generation)],
@@ -280,7 +314,7 @@ impl RunStore for PostgresStateStore {
             let tx = client.transaction().await?;
             let row = tx
                 .query_opt(
-                    "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms
+                    "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant
                      FROM runs WHERE run_id = $1 FOR UPDATE",
                     &[&run_id],
                 )
@@ -288,13 +322,18 @@ impl RunStore for PostgresStateStore {
             let Some(row) = row else {
                 return Ok(Err(ClaimRefused::Unavailable));
             };
-            let (agent_run, session, state): (String, String, String) =
+            let (agent_run, session, mut state): (String, String, String) =
                 (row.get(0), row.get(1), row.get(2));
             let (generation, expires_at, claimed_until): (i64, i64, Option<i64>) =
                 (row.get(3), row.get(4), row.get(5));
+            let regrant: bool = row.get(6);
             let now = to_i64(now_ms);
-            let stale_claim = state == "resuming" && claimed_until.is_some_and(|c| c < now);
-            if (state == "parked" && expires_at <= now) || stale_claim {
+            let lapsed = state == "resuming" && claimed_until.is_some_and(|c| c < now);
+            let regranted = lapsed && regrant && expires_at > now;
+            if regranted {
+                state = "parked".into();
+            }
+            if (state == "parked" && expires_at <= now) || (lapsed && !regranted) {
                 delete_runs(&tx, &[run_id.to_string()]).await?;
                 tx.commit().await?;
                 return Ok(Err(ClaimRefused::Unavailable));
@@ -308,14 +347,14 @@ impl RunStore for PostgresStateStore {
             if state == "resuming" {
                 return Ok(Err(ClaimRefused::Busy));
             }
-            let snapshot: Vec<u8> = tx
+            let claimed = tx
                 .query_one(
-                    "UPDATE runs SET state = 'resuming', claimed_until_ms = $2
-                     WHERE run_id = $1 RETURNING snapshot",
+                    "UPDATE runs SET state = 'resuming', claimed_until_ms = $2, lease = lease + 1
+                     WHERE run_id = $1 RETURNING snapshot, lease",
                     &[&run_id, &to_i64(claim_until_ms)],
                 )
-                .await?
-                .get(0);
+                .await?;
+            let (snapshot, lease): (Vec<u8>, i64) = (claimed.get(0), claimed.get(1));
             let settlements = tx
                 .query(
                     "SELECT settlement FROM settlements WHERE run_id = $1 AND generation = $2
@@ -331,21 +370,44 @@ impl RunStore for PostgresStateStore {
                 generation: to_u64(generation),
                 snapshot,
                 settlements,
+                lease: to_u64(lease),
             }))
         };
         Ok(work.await?)
     }
 
-    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+    async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
         let work = async {
             self.client()
                 .await?
                 .execute(
-                    "UPDATE runs SET state = 'parked', claimed_until_ms = NULL WHERE run_id = $1",
-                    &[&run_id],
+                    "UPDATE runs SET state = 'parked', claimed_until_ms = NULL
+                     WHERE run_id = $1 AND lease = $2",
+                    &[&run_id, &to_i64(lease)],
                 )
                 .await?;
             anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
+        let work = async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await?;
+            let removed = tx
+                .execute(
+                    "DELETE FROM runs WHERE run_id = $1 AND lease = $2",
+                    &[&run_id, &to_i64(lease)],
+                )
+                .await?
+                > 0;
+            if removed {
+                tx.execute("DELETE FROM settlements WHERE run_id = $1", &[&run_id])
+                    .await?;
+            }
+            tx.commit().await?;
+            anyhow::Ok(removed)
         };
         Ok(work.await?)
     }
@@ -479,7 +541,8 @@ async fn purge(
         .query(
             "DELETE FROM runs
              WHERE (state = 'parked' AND expires_at_ms <= $1)
-                OR (state = 'resuming' AND claimed_until_ms < $1)
+                OR (state = 'resuming' AND claimed_until_ms < $1
+                    AND NOT (regrant AND expires_at_ms > $1))
              RETURNING run_id",
             &[&to_i64(now_ms)],
         )

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS runs (
     generation INTEGER NOT NULL,
     expires_at_ms INTEGER NOT NULL,
     claimed_until_ms INTEGER,
-    snapshot BLOB NOT NULL
+    snapshot BLOB NOT NULL,
+    lease INTEGER NOT NULL DEFAULT 0,
+    regrant INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session);
 CREATE TABLE IF NOT EXISTS session_store (
@@ -119,6 +121,18 @@ impl SqliteStateStore {
             None => Connection::open_in_memory()?,
         };
         conn.execute_batch(SCHEMA)?;
+        // Stores made before leases: add their columns.
+        let has_lease: bool = conn.query_row(
+            "SELECT COUNT(*) > 0 FROM pragma_table_info('runs') WHERE name = 'lease'",
+            [],
+            |r| r.get(0),
+        )?;
+        if !has_lease {
+            conn.execute_batch(
+                "ALTER TABLE runs ADD COLUMN lease INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE runs ADD COLUMN regrant INTEGER NOT NULL DEFAULT 0;",
+            )?;
+        }
         Ok(Self {
             db: Arc::new(Db {
                 conn: Mutex::new(conn),
@@ -156,19 +170,46 @@ impl Db {
     fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute(
-            "INSERT OR REPLACE INTO runs
-             (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
-             VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
-            params![
-                run.run_id,
-                run.owner.agent_run,
-                run.owner.session,
-                to_i64(run.generation),
-                to_i64(run.expires_at_ms),
-                run.snapshot
-            ],
-        )?;
+        match run.lease {
+            Some(lease) => {
+                let updated = tx.execute(
+                    "UPDATE runs SET agent_run = ?2, session = ?3, state = 'parked',
+                       generation = ?4, expires_at_ms = ?5, claimed_until_ms = NULL,
+                       snapshot = ?6, regrant = ?7
+                     WHERE run_id = ?1 AND lease = ?8",
+                    params![
+                        run.run_id,
+                        run.owner.agent_run,
+                        run.owner.session,
+                        to_i64(run.generation),
+                        to_i64(run.expires_at_ms),
+                        run.snapshot,
+                        run.regrant,
+                        to_i64(lease)
+                    ],
+                )?;
+                if updated == 0 {
+                    anyhow::bail!(super::fenced(&run.run_id));
+                }
+            }
+            None => {
+                tx.execute(
+                    "INSERT OR REPLACE INTO runs
+                     (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, lease, regrant)
+                     VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6,
+                       COALESCE((SELECT lease FROM runs WHERE run_id = ?1), 0), ?7)",
+                    params![
+                        run.run_id,
+                        run.owner.agent_run,
+                        run.owner.session,
+                        to_i64(run.generation),
+                        to_i64(run.expires_at_ms),
+                        run.snapshot,
+                        run.regrant
+                    ],
+                )?;
+            }
+        }
         tx.execute(
             "DELETE FROM settlements WHERE run_id = ?1 AND generation < ?2",
             params![run.run_id, to_i64(run.generation)],
@@ -186,10 +227,10 @@ impl Db {
     ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        type Row = (String, String, String, i64, i64, Option<i64>);
+        type Row = (String, String, String, i64, i64, Option<i64>, bool);
         let row: Option<Row> = tx
             .query_row(
-                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms
+                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant
                  FROM runs WHERE run_id = ?1",
                 params![run_id],
                 |r| {
@@ -200,16 +241,23 @@ impl Db {
                         r.get(3)?,
                         r.get(4)?,
                         r.get(5)?,
+                        r.get(6)?,
                     ))
                 },
             )
             .optional()?;
-        let Some((agent_run, session, state, generation, expires_at, claimed_until)) = row else {
+        let Some((agent_run, session, mut state, generation, expires_at, claimed_until, regrant)) =
+            row
+        else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
         let now = to_i64(now_ms);
-        let stale_claim = state == "resuming" && claimed_until.is_some_and(|c| c < now);
-        if (state == "parked" && expires_at <= now) || stale_claim {
+        let lapsed = state == "resuming" && claimed_until.is_some_and(|c| c < now);
+        let regranted = lapsed && regrant && expires_at > now;
+        if regranted {
+            state = "parked".into();
+        }
+        if (state == "parked" && expires_at <= now) || (lapsed && !regranted) {
             tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
             tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
             tx.commit()?;
@@ -225,13 +273,14 @@ impl Db {
             return Ok(Err(ClaimRefused::Busy));
         }
         tx.execute(
-            "UPDATE runs SET state = 'resuming', claimed_until_ms = ?2 WHERE run_id = ?1",
+            "UPDATE runs SET state = 'resuming', claimed_until_ms = ?2, lease = lease + 1
+             WHERE run_id = ?1",
             params![run_id, to_i64(claim_until_ms)],
         )?;
-        let snapshot: Vec<u8> = tx.query_row(
-            "SELECT snapshot FROM runs WHERE run_id = ?1",
+        let (snapshot, lease): (Vec<u8>, i64) = tx.query_row(
+            "SELECT snapshot, lease FROM runs WHERE run_id = ?1",
             params![run_id],
-            |r| r.get(0),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let settlements = {
             let mut stmt = tx.prepare(
@@ -246,15 +295,31 @@ impl Db {
             generation: generation as u64,
             snapshot,
             settlements,
+            lease: lease as u64,
         }))
     }
 
-    fn unclaim(&self, run_id: &str) -> anyhow::Result<()> {
+    fn unclaim(&self, run_id: &str, lease: u64) -> anyhow::Result<()> {
         self.conn().execute(
-            "UPDATE runs SET state = 'parked', claimed_until_ms = NULL WHERE run_id = ?1",
-            params![run_id],
+            "UPDATE runs SET state = 'parked', claimed_until_ms = NULL
+             WHERE run_id = ?1 AND lease = ?2",
+            params![run_id, to_i64(lease)],
         )?;
         Ok(())
+    }
+
+    fn release(&self, run_id: &str, lease: u64) -> anyhow::Result<bool> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let removed = tx.execute(
+            "DELETE FROM runs WHERE run_id = ?1 AND lease = ?2",
+            params![run_id, to_i64(lease)],
+        )? > 0;
+        if removed {
+            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+        }
+        tx.commit()?;
+        Ok(removed)
     }
 
     fn remove(&self, run_id: &str) -> anyhow::Result<()> {
@@ -319,7 +384,8 @@ impl Db {
             let mut stmt = tx.prepare(
                 "SELECT run_id FROM runs
                  WHERE (state = 'parked' AND expires_at_ms <= ?1)
-                    OR (state = 'resuming' AND claimed_until_ms < ?1)",
+                    OR (state = 'resuming' AND claimed_until_ms < ?1
+                        AND NOT (regrant AND expires_at_ms > ?1))",
             )?;
             let rows = stmt.query_map(params![now], |r| r.get(0))?;
             rows.collect::<Result<Vec<String>, _>>()?
@@ -581,9 +647,14 @@ impl RunStore for SqliteStateStore {
             .await
     }
 
-    async fn unclaim(&self, run_id: &str) -> StoreResult<()> {
+    async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
         let run_id = run_id.to_owned();
-        self.blocking(move |db| db.unclaim(&run_id)).await
+        self.blocking(move |db| db.unclaim(&run_id, lease)).await
+    }
+
+    async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
+        let run_id = run_id.to_owned();
+        self.blocking(move |db| db.release(&run_id, lease)).await
     }
 
     async fn remove(&self, run_id: &str) -> StoreResult<()> {

@@ -17,6 +17,8 @@ fn parked(id: &str, expires: u64) -> ParkedRun {
         generation: 1,
         expires_at_ms: expires,
         snapshot: vec![1, 2, 3],
+        lease: None,
+        regrant: false,
     }
 }
 
@@ -91,12 +93,22 @@ async fn unclaim_makes_a_run_waitable_again() {
 
 async fn unclaim(store: &dyn StateStore) {
     store.park(parked("r1", 10_000)).await.unwrap();
-    store
+    let claimed = store
         .claim("r1", &owner("a", "s"), 1, 100)
         .await
         .unwrap()
         .unwrap();
-    store.unclaim("r1").await.unwrap();
+    // A stale lease changes nothing; the claim's own returns the run.
+    store.unclaim("r1", claimed.lease + 1).await.unwrap();
+    assert_eq!(
+        store
+            .claim("r1", &owner("a", "s"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Busy
+    );
+    store.unclaim("r1", claimed.lease).await.unwrap();
     assert!(store
         .claim("r1", &owner("a", "s"), 1, 100)
         .await
@@ -260,4 +272,106 @@ async fn the_ledger_sums_and_lists_what_a_filter_selects() {
         assert_eq!(listed[1], waited);
         assert_eq!(store.usage_list(&UsageFilter::all(), 0).await.unwrap(), []);
     }
+}
+
+#[tokio::test]
+async fn claims_are_leases_with_a_fencing_counter() {
+    for store in stores().await {
+        leases(&*store).await;
+    }
+}
+
+async fn leases(store: &dyn StateStore) {
+    let a = owner("a", "s");
+    // A restart-safe run: a lapsed claim is granted again.
+    let run = ParkedRun {
+        regrant: true,
+        ..parked("safe", 100_000)
+    };
+    store.park(run.clone()).await.unwrap();
+    let first = store.claim("safe", &a, 10, 1_000).await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .claim("safe", &a, 999, 2_000)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Busy,
+        "the claim holds until its deadline"
+    );
+    // The holder vanished; after the deadline another host claims it.
+    assert!(store.purge_expired(1_001).await.unwrap().is_empty());
+    let second = store
+        .claim("safe", &a, 1_001, 3_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(second.lease > first.lease);
+    assert_eq!(second.snapshot, vec![1, 2, 3]);
+    // The first holder comes back: its writes are refused or do nothing.
+    let late = ParkedRun {
+        generation: 2,
+        lease: Some(first.lease),
+        snapshot: vec![9],
+        ..run.clone()
+    };
+    let e = store.park(late).await.unwrap_err().to_string();
+    assert!(e.contains("claimed by another wait"), "{e}");
+    assert!(!store.release("safe", first.lease).await.unwrap());
+    store.unclaim("safe", first.lease).await.unwrap();
+    assert_eq!(
+        store
+            .claim("safe", &a, 1_002, 3_000)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Busy,
+        "still the second holder's"
+    );
+    // The current holder parks the next generation, and releases it later.
+    let next = ParkedRun {
+        generation: 2,
+        lease: Some(second.lease),
+        snapshot: vec![4, 5],
+        ..run.clone()
+    };
+    store.park(next).await.unwrap();
+    let third = store
+        .claim("safe", &a, 1_003, 4_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((third.generation, third.snapshot), (2, vec![4, 5]));
+    assert!(store.release("safe", third.lease).await.unwrap());
+    assert_eq!(store.count_runs().await.unwrap(), 0);
+
+    // Any other run: a lapsed claim makes it unavailable (it may have been
+    // resumed once), whether a claim or a purge meets it first.
+    store.park(parked("once", 100_000)).await.unwrap();
+    store.claim("once", &a, 10, 1_000).await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .claim("once", &a, 1_001, 3_000)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Unavailable
+    );
+    store.park(parked("once", 100_000)).await.unwrap();
+    store.claim("once", &a, 10, 1_000).await.unwrap().unwrap();
+    assert_eq!(
+        store.purge_expired(1_001).await.unwrap(),
+        vec!["once".to_string()]
+    );
+    // A restart-safe run still expires.
+    store.park(run).await.unwrap();
+    store.claim("safe", &a, 10, 1_000).await.unwrap().unwrap();
+    assert_eq!(
+        store
+            .claim("safe", &a, 100_001, 200_000)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Unavailable
+    );
 }
