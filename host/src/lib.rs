@@ -183,9 +183,20 @@ pub mod testing {
         format!("{base}/{name}")
     }
 
-    /// `snapshot` (a stored snapshot without its tag) tagged for its run
-    /// under `key`, as a runtime stores it: lets tests reach the snapshot
-    /// decoder's own checks behind the authentication.
+    /// A stored snapshot opened (decrypted and authenticated) for its run
+    /// under `key`: with [`seal_snapshot`] it lets tests reach the snapshot
+    /// decoder's own checks behind the encryption.
+    pub fn open_snapshot(
+        key: &crate::StateKey,
+        run_id: &str,
+        owner: &crate::Owner,
+        generation: u64,
+        sealed: Vec<u8>,
+    ) -> Result<Vec<u8>, String> {
+        key.open(run_id, owner, generation, sealed)
+    }
+
+    /// `snapshot` sealed for its run under `key`, as a runtime stores it.
     pub fn seal_snapshot(
         key: &crate::StateKey,
         run_id: &str,

@@ -169,9 +169,10 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Seals every stored snapshot with an HMAC-SHA256 tag under `key`,
-    /// bound to its run, owner and generation; a snapshot whose tag does
-    /// not verify fails its run alone with `internal_error`. Required with
+    /// Seals every stored snapshot under `key` (XChaCha20-Poly1305: it is
+    /// encrypted and authenticated), bound to its run, owner and
+    /// generation; a snapshot that does not open fails its run alone with
+    /// `internal_error`. Required with
     /// [`RuntimeBuilder::state_url`]; a state directory without one uses
     /// (and first generates) its [`crate::STATE_KEY_FILE`]. Every runtime
     /// sharing a store needs the same key.

@@ -1,14 +1,18 @@
-//! Snapshot authenticity (operations.md §5): every snapshot a runtime
-//! stores carries an HMAC-SHA256 tag under the runtime's state key, bound to
-//! the run's id, owner and generation. A snapshot whose tag does not verify
-//! — written under another key, altered, or moved to another run's row —
-//! fails that run alone with `internal_error` and is never decoded.
+//! Snapshot confidentiality and authenticity (operations.md §5): every
+//! snapshot a runtime stores is encrypted and authenticated with
+//! XChaCha20-Poly1305 under a key derived from the runtime's state key,
+//! with the run's id, owner and generation as associated data. A snapshot
+//! that does not open — written under another key, altered, or moved to
+//! another run's row — fails that run alone with `internal_error` and is
+//! never decoded; a database reader learns nothing of the parked heap.
 //!
 //! The key comes from `--state-key-file` / [`crate::RuntimeBuilder::state_key`]
 //! (required with PostgreSQL, whose snapshots leave the machine); a SQLite
 //! state directory without one gets a generated key, stored 0600 as
 //! [`STATE_KEY_FILE`] beside the database. The in-memory store needs none.
 
+use chacha20poly1305::aead::{AeadInPlace as _, KeyInit as _};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 use std::path::Path;
@@ -20,15 +24,18 @@ pub const MAX_STATE_KEY_BYTES: usize = 4096;
 /// The generated key's file in a SQLite state directory.
 pub const STATE_KEY_FILE: &str = "state.key";
 
-/// Bytes of the tag appended to a stored snapshot.
-const TAG_BYTES: usize = 32;
+/// Bytes of the random nonce in front of a stored snapshot.
+const NONCE_BYTES: usize = 24;
+/// Bytes of the authentication tag behind it.
+const TAG_BYTES: usize = 16;
 
-/// What the tag's input starts with: a domain and format version.
+/// What the associated data starts with: a domain and format version.
 const DOMAIN: &[u8] = b"quickcell snapshot v1\0";
 
-/// A runtime's key for snapshot tags.
+/// A runtime's key for snapshots: the encryption key derived from the
+/// state key's bytes (HMAC-SHA256 of a fixed label).
 #[derive(Clone)]
-pub struct StateKey(std::sync::Arc<[u8]>);
+pub struct StateKey(std::sync::Arc<[u8; 32]>);
 
 impl std::fmt::Debug for StateKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -54,7 +61,12 @@ impl StateKey {
                 "the state key is over {MAX_STATE_KEY_BYTES} bytes"
             )));
         }
-        Ok(Self(bytes.into()))
+        let mut derive =
+            <Hmac<Sha256> as hmac::Mac>::new_from_slice(bytes).expect("HMAC takes any key length");
+        derive.update(b"quickcell snapshot encryption key v1");
+        Ok(Self(std::sync::Arc::new(
+            derive.finalize().into_bytes().into(),
+        )))
     }
 
     /// The key in the file at `path`: its bytes, without trailing
@@ -132,60 +144,66 @@ impl StateKey {
         Self::from_file(&path)
     }
 
-    /// The MAC over the snapshot and what it is bound to.
-    fn mac(
-        &self,
-        run_id: &str,
-        owner: &crate::store::Owner,
-        generation: u64,
-        snapshot: &[u8],
-    ) -> Hmac<Sha256> {
-        let mut mac = <Hmac<Sha256>>::new_from_slice(&self.0).expect("HMAC takes any key length");
-        mac.update(DOMAIN);
+    /// The associated data: what a snapshot is bound to.
+    fn associated_data(run_id: &str, owner: &crate::store::Owner, generation: u64) -> Vec<u8> {
+        let mut aad = DOMAIN.to_vec();
         for field in [run_id, &owner.agent_run, &owner.session] {
-            mac.update(&(field.len() as u64).to_le_bytes());
-            mac.update(field.as_bytes());
+            aad.extend_from_slice(&(field.len() as u64).to_le_bytes());
+            aad.extend_from_slice(field.as_bytes());
         }
-        mac.update(&generation.to_le_bytes());
-        mac.update(snapshot);
-        mac
+        aad.extend_from_slice(&generation.to_le_bytes());
+        aad
     }
 
-    /// Appends the tag of `snapshot` for this run, owner and generation.
+    /// `snapshot` encrypted for this run, owner and generation: a random
+    /// nonce, the ciphertext, the tag.
     pub(crate) fn seal(
         &self,
         run_id: &str,
         owner: &crate::store::Owner,
         generation: u64,
-        mut snapshot: Vec<u8>,
+        snapshot: Vec<u8>,
     ) -> Vec<u8> {
-        let tag = self
-            .mac(run_id, owner, generation, &snapshot)
-            .finalize()
-            .into_bytes();
-        snapshot.extend_from_slice(&tag);
-        snapshot
+        let mut nonce = [0u8; NONCE_BYTES];
+        // The OS's generator does not fail on Linux once booted; a zero
+        // nonce would only weaken this one snapshot's secrecy.
+        let _ = getrandom::fill(&mut nonce);
+        let mut sealed = Vec::with_capacity(NONCE_BYTES + snapshot.len() + TAG_BYTES);
+        sealed.extend_from_slice(&nonce);
+        sealed.extend_from_slice(&snapshot);
+        drop(snapshot);
+        let aad = Self::associated_data(run_id, owner, generation);
+        let tag = XChaCha20Poly1305::new((&*self.0).into())
+            .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, &mut sealed[NONCE_BYTES..])
+            .expect("a snapshot is far below the cipher's length limit");
+        sealed.extend_from_slice(&tag);
+        sealed
     }
 
-    /// The snapshot inside `sealed` when its tag verifies for this run,
-    /// owner and generation (compared in constant time).
-    pub(crate) fn open<'a>(
+    /// The snapshot inside `sealed` when it opens (decrypts and
+    /// authenticates) for this run, owner and generation.
+    pub(crate) fn open(
         &self,
         run_id: &str,
         owner: &crate::store::Owner,
         generation: u64,
-        sealed: &'a [u8],
-    ) -> Result<&'a [u8], String> {
-        let Some(split) = sealed.len().checked_sub(TAG_BYTES) else {
+        mut sealed: Vec<u8>,
+    ) -> Result<Vec<u8>, String> {
+        if sealed.len() < NONCE_BYTES + TAG_BYTES {
             return Err("it carries no authentication tag".into());
-        };
-        let (snapshot, tag) = sealed.split_at(split);
-        self.mac(run_id, owner, generation, snapshot)
-            .verify_slice(tag)
+        }
+        let tag_at = sealed.len() - TAG_BYTES;
+        let tag = chacha20poly1305::Tag::clone_from_slice(&sealed[tag_at..]);
+        let nonce = XNonce::clone_from_slice(&sealed[..NONCE_BYTES]);
+        let aad = Self::associated_data(run_id, owner, generation);
+        XChaCha20Poly1305::new((&*self.0).into())
+            .decrypt_in_place_detached(&nonce, &aad, &mut sealed[NONCE_BYTES..tag_at], &tag)
             .map_err(|_| {
                 "its authentication tag does not verify (another state key, or it was altered or moved to another run)".to_string()
             })?;
-        Ok(snapshot)
+        sealed.truncate(tag_at);
+        sealed.drain(..NONCE_BYTES);
+        Ok(sealed)
     }
 }
 
@@ -204,18 +222,30 @@ mod tests {
     #[test]
     fn a_sealed_snapshot_opens_for_its_run_only() {
         let key = StateKey::new(&[7; 32]).unwrap();
-        let sealed = key.seal("r1", &owner("s"), 3, vec![1, 2, 3]);
-        assert_eq!(key.open("r1", &owner("s"), 3, &sealed).unwrap(), &[1, 2, 3]);
-        assert!(key.open("r2", &owner("s"), 3, &sealed).is_err());
-        assert!(key.open("r1", &owner("t"), 3, &sealed).is_err());
-        assert!(key.open("r1", &owner("s"), 4, &sealed).is_err());
+        let plain = b"a parked heap with a tenant's secret".to_vec();
+        let sealed = key.seal("r1", &owner("s"), 3, plain.clone());
+        assert!(
+            !sealed.windows(6).any(|w| w == b"secret"),
+            "the stored bytes do not show the heap"
+        );
+        let open = |k: &StateKey, run: &str, o: &Owner, g: u64, bytes: &[u8]| {
+            k.open(run, o, g, bytes.to_vec())
+        };
+        assert_eq!(open(&key, "r1", &owner("s"), 3, &sealed).unwrap(), plain);
+        assert!(open(&key, "r2", &owner("s"), 3, &sealed).is_err());
+        assert!(open(&key, "r1", &owner("t"), 3, &sealed).is_err());
+        assert!(open(&key, "r1", &owner("s"), 4, &sealed).is_err());
         let other = StateKey::new(&[8; 32]).unwrap();
-        assert!(other.open("r1", &owner("s"), 3, &sealed).is_err());
-        let mut altered = sealed.clone();
-        altered[1] ^= 1;
-        assert!(key.open("r1", &owner("s"), 3, &altered).is_err());
-        assert!(key.open("r1", &owner("s"), 3, &sealed[..10]).is_err());
-        assert!(key.open("r1", &owner("s"), 3, &[]).is_err());
+        assert!(open(&other, "r1", &owner("s"), 3, &sealed).is_err());
+        for at in [0, 30, sealed.len() - 1] {
+            let mut altered = sealed.clone();
+            altered[at] ^= 1;
+            assert!(open(&key, "r1", &owner("s"), 3, &altered).is_err());
+        }
+        assert!(open(&key, "r1", &owner("s"), 3, &sealed[..10]).is_err());
+        assert!(open(&key, "r1", &owner("s"), 3, &[]).is_err());
+        // Two seals of one snapshot differ (random nonces).
+        assert_ne!(sealed, key.seal("r1", &owner("s"), 3, plain));
     }
 
     #[test]

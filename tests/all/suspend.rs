@@ -590,9 +590,9 @@ fn stored_snapshot(conn: &rusqlite::Connection, run_id: &str) -> Vec<u8> {
 }
 
 /// Rewrites the stored snapshot of `run_id` with `f`: the snapshot
-/// itself, re-tagged with the state directory's key when `reseal` (so the
-/// decoder's checks are what meets the damage), else the stored bytes with
-/// their tag.
+/// itself, opened and sealed again with the state directory's key when
+/// `reseal` (so the decoder's checks are what meets the damage), else the
+/// stored, encrypted bytes.
 fn tamper(dir: &std::path::Path, run_id: &str, reseal: bool, f: impl FnOnce(&mut Vec<u8>)) {
     let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
     let mut blob = stored_snapshot(&conn, run_id);
@@ -604,11 +604,12 @@ fn tamper(dir: &std::path::Path, run_id: &str, reseal: bool, f: impl FnOnce(&mut
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .unwrap();
-        blob.truncate(blob.len() - 32);
-        f(&mut blob);
         let key = quickcell::StateKey::from_file(&dir.join(quickcell::STATE_KEY_FILE)).unwrap();
         let owner = quickcell::Owner { agent_run, session };
-        blob = quickcell::testing::seal_snapshot(&key, run_id, &owner, generation as u64, blob);
+        let generation = generation as u64;
+        blob = quickcell::testing::open_snapshot(&key, run_id, &owner, generation, blob).unwrap();
+        f(&mut blob);
+        blob = quickcell::testing::seal_snapshot(&key, run_id, &owner, generation, blob);
     } else {
         f(&mut blob);
     }
@@ -705,7 +706,8 @@ async fn a_snapshot_is_resumed_once_and_reseeded_on_resume() {
     );
     // Even a snapshot put back by hand does not repeat its random sequence.
     conn.execute(
-        "INSERT INTO runs VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
+        "INSERT INTO runs (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot)
+         VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6)",
         rusqlite::params![id, row.0, row.1, row.2, row.3, row.4],
     )
     .unwrap();

@@ -34,14 +34,16 @@ pub(super) async fn restore(
         .limits
         .linear_memory_cap(env.shared.initial_memory_bytes)
         .min(crate::engine::POOL_MAX_MEMORY_BYTES);
-    // Authenticated before anything of it is decoded.
-    let sealed = match env.state_key {
+    // Decrypted and authenticated before anything of it is decoded.
+    let mut claimed = claimed;
+    let stored = std::mem::take(&mut claimed.snapshot);
+    let opened = match env.state_key {
         Some(key) => key
-            .open(run_id, &input.owner, claimed.generation, &claimed.snapshot)
+            .open(run_id, &input.owner, claimed.generation, stored)
             .map_err(unusable)?,
-        None => &claimed.snapshot[..],
+        None => stored,
     };
-    let snapshot = snapshot::decode(sealed, env.shared.image_key(), ceiling)
+    let snapshot = snapshot::decode(&opened, env.shared.image_key(), ceiling)
         .map_err(|e| unusable(e.to_string()))?;
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
