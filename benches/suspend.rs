@@ -53,6 +53,13 @@ const ONE_TOOL: &str =
 /// payload is printed).
 const HEAVY: &str = "const big = Array.from({length: 80000}, (_, i) => ({i, s: 'item ' + i, t: [i, i + 1]})); const p = slowTool({q: 'hi'}); await yield_control(); const r = await p; return r.n + big.length;";
 
+/// Limits that let the 20 MB cell park.
+fn bench_limits() -> Limits {
+    Limits::default()
+        .with_max_snapshot_bytes(256 << 20)
+        .with_memory_limit_bytes(256 << 20)
+}
+
 /// The Tokio runtime the benchmarks drive and a registry with `slowTool`.
 fn setup() -> (tokio::runtime::Runtime, ToolRegistry) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -71,11 +78,7 @@ fn benches(c: &mut Criterion) {
         .block_on(
             Runtime::builder()
                 .tools(registry)
-                .limits(
-                    Limits::default()
-                        .with_max_snapshot_bytes(256 << 20)
-                        .with_memory_limit_bytes(256 << 20),
-                )
+                .limits(bench_limits())
                 .build(),
         )
         .unwrap();
@@ -152,16 +155,7 @@ fn benches(c: &mut Criterion) {
 fn store_benches(c: &mut Criterion, prefix: &str, build: quickcell::RuntimeBuilder) {
     let (rt, registry) = setup();
     let runtime = rt
-        .block_on(
-            build
-                .tools(registry)
-                .limits(
-                    Limits::default()
-                        .with_max_snapshot_bytes(256 << 20)
-                        .with_memory_limit_bytes(256 << 20),
-                )
-                .build(),
-        )
+        .block_on(build.tools(registry).limits(bench_limits()).build())
         .unwrap();
     // Parks, then resumes; returns the time of the resume when
     // `timed_wait`, else of the park.

@@ -36,11 +36,16 @@ struct MemoryRun {
     settlements: Vec<(u64, u64, String)>,
 }
 
-/// Whether a claim of `entry` has lapsed at `now_ms`, and what follows: the
-/// run is claimable again (`Some(true)`) or gone (`Some(false)`).
-fn lapsed(entry: &MemoryRun, now_ms: u64) -> Option<bool> {
-    let until = entry.claimed_until_ms?;
-    (until < now_ms).then_some(entry.run.regrant && entry.run.expires_at_ms > now_ms)
+impl MemoryRun {
+    fn row(&self) -> super::RunRow<'_> {
+        super::RunRow {
+            agent_run: &self.run.owner.agent_run,
+            session: &self.run.owner.session,
+            claimed_until_ms: self.claimed_until_ms,
+            expires_at_ms: self.run.expires_at_ms,
+            regrant: self.run.regrant,
+        }
+    }
 }
 
 impl MemoryStateStore {
@@ -95,24 +100,13 @@ impl RunStore for MemoryStateStore {
         let Some(entry) = runs.get_mut(run_id) else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
-        let lapsed = lapsed(entry, now_ms);
-        if (entry.claimed_until_ms.is_none() && entry.run.expires_at_ms <= now_ms)
-            || lapsed == Some(false)
-        {
-            runs.remove(run_id);
-            return Ok(Err(ClaimRefused::Unavailable));
-        }
-        if lapsed == Some(true) {
-            entry.claimed_until_ms = None;
-        }
-        if entry.run.owner.agent_run != owner.agent_run {
-            return Ok(Err(ClaimRefused::OtherAgentRun));
-        }
-        if entry.run.owner.session != owner.session {
-            return Ok(Err(ClaimRefused::OtherSession));
-        }
-        if entry.claimed_until_ms.is_some() {
-            return Ok(Err(ClaimRefused::Busy));
+        match entry.row().claim(owner, now_ms) {
+            super::ClaimDecision::Remove => {
+                runs.remove(run_id);
+                return Ok(Err(ClaimRefused::Unavailable));
+            }
+            super::ClaimDecision::Refuse(refused) => return Ok(Err(refused)),
+            super::ClaimDecision::Grant => {}
         }
         entry.claimed_until_ms = Some(claim_until_ms);
         entry.lease += 1;
@@ -202,11 +196,8 @@ impl RunStore for MemoryStateStore {
         let mut runs = self.runs();
         let expired: Vec<String> = runs
             .iter()
-            .filter(|(_, e)| match lapsed(e, now_ms) {
-                // A lapsed claim of a restart-safe run stays for a new one.
-                Some(regrant) => !regrant,
-                None => e.claimed_until_ms.is_none() && e.run.expires_at_ms <= now_ms,
-            })
+            // A lapsed claim of a restart-safe run stays for a new one.
+            .filter(|(_, e)| e.row().purgeable(now_ms))
             .map(|(id, _)| id.clone())
             .collect();
         for id in &expired {

@@ -117,6 +117,66 @@ pub enum ClaimRefused {
     Busy,
 }
 
+/// What a backend holds of a run when a `wait` claims it.
+pub(crate) struct RunRow<'a> {
+    pub agent_run: &'a str,
+    pub session: &'a str,
+    /// `Some(deadline)` while a claim holds it (state `resuming`).
+    pub claimed_until_ms: Option<u64>,
+    pub expires_at_ms: u64,
+    pub regrant: bool,
+}
+
+/// What a claim does with a run, in the contract's admission order: known
+/// and unexpired (a lapsed claim counts as expired unless the run may be
+/// granted again), same agent run, same session, no other claim in force.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ClaimDecision {
+    /// Remove the run and refuse it as unavailable.
+    Remove,
+    /// Refuse it, leaving it as it is.
+    Refuse(ClaimRefused),
+    /// Claim it (a new lease).
+    Grant,
+}
+
+impl RunRow<'_> {
+    /// Whether a claim of it has lapsed at `now_ms`: `Some(true)` when it
+    /// may be granted again, `Some(false)` when it is gone.
+    pub(crate) fn lapsed(&self, now_ms: u64) -> Option<bool> {
+        let until = self.claimed_until_ms?;
+        (until < now_ms).then_some(self.regrant && self.expires_at_ms > now_ms)
+    }
+
+    /// Whether a purge at `now_ms` removes it.
+    pub(crate) fn purgeable(&self, now_ms: u64) -> bool {
+        match self.lapsed(now_ms) {
+            Some(regrant) => !regrant,
+            None => self.claimed_until_ms.is_none() && self.expires_at_ms <= now_ms,
+        }
+    }
+
+    /// What claiming it for `owner` at `now_ms` does.
+    pub(crate) fn claim(&self, owner: &Owner, now_ms: u64) -> ClaimDecision {
+        let lapsed = self.lapsed(now_ms);
+        if (self.claimed_until_ms.is_none() && self.expires_at_ms <= now_ms)
+            || lapsed == Some(false)
+        {
+            return ClaimDecision::Remove;
+        }
+        if self.agent_run != owner.agent_run {
+            return ClaimDecision::Refuse(ClaimRefused::OtherAgentRun);
+        }
+        if self.session != owner.session {
+            return ClaimDecision::Refuse(ClaimRefused::OtherSession);
+        }
+        if self.claimed_until_ms.is_some() && lapsed.is_none() {
+            return ClaimDecision::Refuse(ClaimRefused::Busy);
+        }
+        ClaimDecision::Grant
+    }
+}
+
 /// The error of a write under a lease that a later claim replaced.
 pub(crate) fn fenced(run_id: &str) -> String {
     format!("run {run_id} was claimed by another wait since this one's claim lapsed; its write is refused")

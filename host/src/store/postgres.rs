@@ -170,6 +170,34 @@ impl PostgresStateStore {
         Ok(store)
     }
 
+    /// The first column of the one row `sql` returns, if any, as text.
+    async fn optional_text(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> StoreResult<Option<String>> {
+        let work = async {
+            let row = self.client().await?.query_opt(sql, params).await?;
+            anyhow::Ok(row.map(|r| r.get(0)))
+        };
+        Ok(work.await?)
+    }
+
+    /// Runs one statement; the rows it changed.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<u64> {
+        let work = async { anyhow::Ok(self.client().await?.execute(sql, params).await?) };
+        Ok(work.await?)
+    }
+
+    /// The `COUNT(*)` (a `BIGINT`) that `sql` returns.
+    async fn count(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> StoreResult<usize> {
+        let work = async {
+            let n: i64 = self.client().await?.query_one(sql, params).await?.get(0);
+            anyhow::Ok(n.max(0) as usize)
+        };
+        Ok(work.await?)
+    }
+
     async fn client(&self) -> anyhow::Result<deadpool_postgres::Client> {
         self.pool
             .get()
@@ -322,30 +350,25 @@ impl RunStore for PostgresStateStore {
             let Some(row) = row else {
                 return Ok(Err(ClaimRefused::Unavailable));
             };
-            let (agent_run, session, mut state): (String, String, String) =
+            let (agent_run, session, state): (String, String, String) =
                 (row.get(0), row.get(1), row.get(2));
             let (generation, expires_at, claimed_until): (i64, i64, Option<i64>) =
                 (row.get(3), row.get(4), row.get(5));
-            let regrant: bool = row.get(6);
-            let now = to_i64(now_ms);
-            let lapsed = state == "resuming" && claimed_until.is_some_and(|c| c < now);
-            let regranted = lapsed && regrant && expires_at > now;
-            if regranted {
-                state = "parked".into();
-            }
-            if (state == "parked" && expires_at <= now) || (lapsed && !regranted) {
-                delete_runs(&tx, &[run_id.to_string()]).await?;
-                tx.commit().await?;
-                return Ok(Err(ClaimRefused::Unavailable));
-            }
-            if agent_run != owner.agent_run {
-                return Ok(Err(ClaimRefused::OtherAgentRun));
-            }
-            if session != owner.session {
-                return Ok(Err(ClaimRefused::OtherSession));
-            }
-            if state == "resuming" {
-                return Ok(Err(ClaimRefused::Busy));
+            let row = super::RunRow {
+                agent_run: &agent_run,
+                session: &session,
+                claimed_until_ms: (state == "resuming").then(|| to_u64(claimed_until.unwrap_or(0))),
+                expires_at_ms: to_u64(expires_at),
+                regrant: row.get(6),
+            };
+            match row.claim(owner, now_ms) {
+                super::ClaimDecision::Remove => {
+                    delete_runs(&tx, &[run_id.to_string()]).await?;
+                    tx.commit().await?;
+                    return Ok(Err(ClaimRefused::Unavailable));
+                }
+                super::ClaimDecision::Refuse(refused) => return Ok(Err(refused)),
+                super::ClaimDecision::Grant => {}
             }
             let claimed = tx
                 .query_one(
@@ -377,18 +400,13 @@ impl RunStore for PostgresStateStore {
     }
 
     async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
-        let work = async {
-            self.client()
-                .await?
-                .execute(
-                    "UPDATE runs SET state = 'parked', claimed_until_ms = NULL
-                     WHERE run_id = $1 AND lease = $2",
-                    &[&run_id, &to_i64(lease)],
-                )
-                .await?;
-            anyhow::Ok(())
-        };
-        Ok(work.await?)
+        self.execute(
+            "UPDATE runs SET state = 'parked', claimed_until_ms = NULL
+             WHERE run_id = $1 AND lease = $2",
+            &[&run_id, &to_i64(lease)],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
@@ -450,52 +468,30 @@ impl RunStore for PostgresStateStore {
         request_id: u64,
         settlement: &str,
     ) -> StoreResult<()> {
-        let work = async {
-            self.client()
-                .await?
-                .execute(
-                    "INSERT INTO settlements (run_id, generation, request_id, settlement)
-                     SELECT $1, $2, $3, $4 WHERE EXISTS
-                       (SELECT 1 FROM runs WHERE run_id = $1 AND generation = $2)
-                     ON CONFLICT (run_id, generation, request_id) DO UPDATE
-                       SET settlement = EXCLUDED.settlement, seq = EXCLUDED.seq",
-                    &[
-                        &run_id,
-                        &to_i64(generation),
-                        &to_i64(request_id),
-                        &settlement,
-                    ],
-                )
-                .await?;
-            anyhow::Ok(())
-        };
-        Ok(work.await?)
+        self.execute(
+            "INSERT INTO settlements (run_id, generation, request_id, settlement)
+             SELECT $1, $2, $3, $4 WHERE EXISTS
+               (SELECT 1 FROM runs WHERE run_id = $1 AND generation = $2)
+             ON CONFLICT (run_id, generation, request_id) DO UPDATE
+               SET settlement = EXCLUDED.settlement, seq = EXCLUDED.seq",
+            &[
+                &run_id,
+                &to_i64(generation),
+                &to_i64(request_id),
+                &settlement,
+            ],
+        )
+        .await?;
+        Ok(())
     }
 
     async fn count_runs(&self) -> StoreResult<usize> {
-        let work = async {
-            let n: i64 = self
-                .client()
-                .await?
-                .query_one("SELECT COUNT(*) FROM runs", &[])
-                .await?
-                .get(0);
-            anyhow::Ok(n as usize)
-        };
-        Ok(work.await?)
+        self.count("SELECT COUNT(*) FROM runs", &[]).await
     }
 
     async fn count_session_runs(&self, session: &str) -> StoreResult<usize> {
-        let work = async {
-            let n: i64 = self
-                .client()
-                .await?
-                .query_one("SELECT COUNT(*) FROM runs WHERE session = $1", &[&session])
-                .await?
-                .get(0);
-            anyhow::Ok(n as usize)
-        };
-        Ok(work.await?)
+        self.count("SELECT COUNT(*) FROM runs WHERE session = $1", &[&session])
+            .await
     }
 
     async fn purge_expired(&self, now_ms: u64) -> StoreResult<Vec<String>> {
@@ -560,34 +556,19 @@ async fn purge(
 #[async_trait]
 impl SessionStore for PostgresStateStore {
     async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
-        let work = async {
-            let row = self
-                .client()
-                .await?
-                .query_opt(
-                    "SELECT value FROM session_store WHERE session = $1 AND key = $2",
-                    &[&session, &key],
-                )
-                .await?;
-            anyhow::Ok(row.map(|r| r.get(0)))
-        };
-        Ok(work.await?)
+        self.optional_text(
+            "SELECT value FROM session_store WHERE session = $1 AND key = $2",
+            &[&session, &key],
+        )
+        .await
     }
 
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
-        let work = async {
-            let n: i64 = self
-                .client()
-                .await?
-                .query_one(
-                    "SELECT COALESCE(SUM(octet_length(value)), 0)::BIGINT FROM session_store WHERE session = $1",
-                    &[&session],
-                )
-                .await?
-                .get(0);
-            anyhow::Ok(n as usize)
-        };
-        Ok(work.await?)
+        self.count(
+            "SELECT COALESCE(SUM(octet_length(value)), 0)::BIGINT FROM session_store WHERE session = $1",
+            &[&session],
+        )
+        .await
     }
 
     async fn store_commit(
@@ -624,15 +605,10 @@ impl SessionStore for PostgresStateStore {
     }
 
     async fn store_clear(&self, session: &str) -> StoreResult<usize> {
-        let work = async {
-            let n = self
-                .client()
-                .await?
-                .execute("DELETE FROM session_store WHERE session = $1", &[&session])
-                .await?;
-            anyhow::Ok(n as usize)
-        };
-        Ok(work.await?)
+        let n = self
+            .execute("DELETE FROM session_store WHERE session = $1", &[&session])
+            .await?;
+        Ok(n as usize)
     }
 }
 
@@ -677,45 +653,28 @@ impl ResultStore for PostgresStateStore {
     }
 
     async fn result_load(&self, agent_run: &str, id: &str) -> StoreResult<Option<String>> {
-        let work = async {
-            let row = self
-                .client()
-                .await?
-                .query_opt(
-                    "SELECT json FROM results WHERE agent_run = $1 AND id = $2",
-                    &[&agent_run, &id],
-                )
-                .await?;
-            anyhow::Ok(row.map(|r| r.get(0)))
-        };
-        Ok(work.await?)
+        self.optional_text(
+            "SELECT json FROM results WHERE agent_run = $1 AND id = $2",
+            &[&agent_run, &id],
+        )
+        .await
     }
 
     async fn result_delete(&self, agent_run: &str, id: &str) -> StoreResult<bool> {
-        let work = async {
-            let n = self
-                .client()
-                .await?
-                .execute(
-                    "DELETE FROM results WHERE agent_run = $1 AND id = $2",
-                    &[&agent_run, &id],
-                )
-                .await?;
-            anyhow::Ok(n > 0)
-        };
-        Ok(work.await?)
+        let n = self
+            .execute(
+                "DELETE FROM results WHERE agent_run = $1 AND id = $2",
+                &[&agent_run, &id],
+            )
+            .await?;
+        Ok(n > 0)
     }
 
     async fn result_clear(&self, agent_run: &str) -> StoreResult<usize> {
-        let work = async {
-            let n = self
-                .client()
-                .await?
-                .execute("DELETE FROM results WHERE agent_run = $1", &[&agent_run])
-                .await?;
-            anyhow::Ok(n as usize)
-        };
-        Ok(work.await?)
+        let n = self
+            .execute("DELETE FROM results WHERE agent_run = $1", &[&agent_run])
+            .await?;
+        Ok(n as usize)
     }
 }
 

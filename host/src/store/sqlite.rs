@@ -246,31 +246,27 @@ impl Db {
                 },
             )
             .optional()?;
-        let Some((agent_run, session, mut state, generation, expires_at, claimed_until, regrant)) =
-            row
+        let Some((agent_run, session, state, generation, expires_at, claimed_until, regrant)) = row
         else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
-        let now = to_i64(now_ms);
-        let lapsed = state == "resuming" && claimed_until.is_some_and(|c| c < now);
-        let regranted = lapsed && regrant && expires_at > now;
-        if regranted {
-            state = "parked".into();
-        }
-        if (state == "parked" && expires_at <= now) || (lapsed && !regranted) {
-            tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
-            tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
-            tx.commit()?;
-            return Ok(Err(ClaimRefused::Unavailable));
-        }
-        if agent_run != owner.agent_run {
-            return Ok(Err(ClaimRefused::OtherAgentRun));
-        }
-        if session != owner.session {
-            return Ok(Err(ClaimRefused::OtherSession));
-        }
-        if state == "resuming" {
-            return Ok(Err(ClaimRefused::Busy));
+        let row = super::RunRow {
+            agent_run: &agent_run,
+            session: &session,
+            claimed_until_ms: (state == "resuming")
+                .then(|| claimed_until.unwrap_or(0).max(0) as u64),
+            expires_at_ms: expires_at.max(0) as u64,
+            regrant,
+        };
+        match row.claim(owner, now_ms) {
+            super::ClaimDecision::Remove => {
+                tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
+                tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
+                tx.commit()?;
+                return Ok(Err(ClaimRefused::Unavailable));
+            }
+            super::ClaimDecision::Refuse(refused) => return Ok(Err(refused)),
+            super::ClaimDecision::Grant => {}
         }
         tx.execute(
             "UPDATE runs SET state = 'resuming', claimed_until_ms = ?2, lease = lease + 1
