@@ -174,8 +174,10 @@ impl RuntimeBuilder {
     /// generation; a snapshot that does not open fails its run alone with
     /// `internal_error`. Required with
     /// [`RuntimeBuilder::state_url`]; a state directory without one uses
-    /// (and first generates) its [`crate::STATE_KEY_FILE`]. Every runtime
-    /// sharing a store needs the same key.
+    /// (and first generates) its [`crate::STATE_KEY_FILE`]; a store given
+    /// with [`RuntimeBuilder::state_store`] keeps snapshots unsealed unless
+    /// a key is given, and the in-memory store (no state directory) needs
+    /// none. Every runtime sharing a store needs the same key.
     pub fn state_key(mut self, key: crate::state_key::StateKey) -> Self {
         self.state_key = Some(key);
         self
