@@ -137,9 +137,11 @@ async fn parked_and_resumed_costs_what_inline_costs() {
         let (inline_value, inline) = run_to_end(&rt, ExecInput::new("inline", code.as_str())).await;
         assert_eq!(inline.len(), 1);
 
-        // Each call outlasts the cell's park point (timeout 400 ms, parked
-        // 200 ms before it), so the cell parks on every call.
-        let rt = runtime(&[700], Limits::default().with_timeout_ms(400)).await;
+        // Each call outlasts the cell's park point (timeout 2 s, parked
+        // 250 ms before it), so the cell parks on every call; the timeout
+        // leaves the cell's own work (a few hundred ms on a loaded machine)
+        // far from it.
+        let rt = runtime(&[2500], Limits::default().with_timeout_ms(2000)).await;
         let (parked_value, parked) = run_to_end(&rt, ExecInput::new("parked", code.as_str())).await;
         assert!(parked.len() >= 3, "parks more than once: {parked:?}");
         assert_eq!(parked_value, inline_value);

@@ -361,10 +361,11 @@ fn a_thousand_runs_parked_across_two_serving_hosts() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("1000|"));
 }
 
-/// `kill -9` of the host resuming a run: its claim holds until its
-/// deadline (another host is told the run is being resumed), then a
-/// restart-safe run is resumed by another host from its last park, while
-/// any other run is unavailable (it may have run once already).
+/// `kill -9` of the host resuming a run, once it holds the claim: the
+/// claim holds until its deadline (another host is told the run is being
+/// resumed), then a restart-safe run is resumed by another host from its
+/// last park, while any other run is unavailable (it may have run once
+/// already).
 #[test]
 fn a_run_whose_host_died_mid_wait_resumes_elsewhere_after_the_lease() {
     let url = quickcell::testing::postgres_database();
@@ -401,7 +402,27 @@ fn a_run_whose_host_died_mid_wait_resumes_elsewhere_after_the_lease() {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(800));
+        // Killed once it holds the claim (and is running the cell).
+        let claimed_by_a = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let out = Command::new("psql")
+                .args([
+                    url.as_str(),
+                    "-qAtc",
+                    &format!("SELECT state FROM runs WHERE run_id = '{run_id}'"),
+                ])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).trim() == "resuming" {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < claimed_by_a,
+                "host A never claimed the run"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
         dying.kill().unwrap();
         dying.wait().unwrap();
         let (_, busy) = run(&b, &["wait", &run_id]);
