@@ -205,6 +205,7 @@ pub mod testing {
         snapshot: Vec<u8>,
     ) -> Vec<u8> {
         key.seal(run_id, owner, generation, snapshot)
+            .expect("the system gives random bytes")
     }
 
     /// Timings of the process's latest checkpoint and restore.

@@ -156,18 +156,18 @@ impl StateKey {
     }
 
     /// `snapshot` encrypted for this run, owner and generation: a random
-    /// nonce, the ciphertext, the tag.
+    /// nonce, the ciphertext, the tag. Fails when the system has no random
+    /// bytes to give (a fixed nonce would reuse the key stream).
     pub(crate) fn seal(
         &self,
         run_id: &str,
         owner: &crate::store::Owner,
         generation: u64,
         snapshot: Vec<u8>,
-    ) -> Vec<u8> {
+    ) -> Result<Vec<u8>, String> {
         let mut nonce = [0u8; NONCE_BYTES];
-        // The OS's generator does not fail on Linux once booted; a zero
-        // nonce would only weaken this one snapshot's secrecy.
-        let _ = getrandom::fill(&mut nonce);
+        getrandom::fill(&mut nonce)
+            .map_err(|e| format!("no random nonce to encrypt the snapshot: {e}"))?;
         let mut sealed = Vec::with_capacity(NONCE_BYTES + snapshot.len() + TAG_BYTES);
         sealed.extend_from_slice(&nonce);
         sealed.extend_from_slice(&snapshot);
@@ -177,7 +177,7 @@ impl StateKey {
             .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, &mut sealed[NONCE_BYTES..])
             .expect("a snapshot is far below the cipher's length limit");
         sealed.extend_from_slice(&tag);
-        sealed
+        Ok(sealed)
     }
 
     /// The snapshot inside `sealed` when it opens (decrypts and
@@ -223,7 +223,7 @@ mod tests {
     fn a_sealed_snapshot_opens_for_its_run_only() {
         let key = StateKey::new(&[7; 32]).unwrap();
         let plain = b"a parked heap with a tenant's secret".to_vec();
-        let sealed = key.seal("r1", &owner("s"), 3, plain.clone());
+        let sealed = key.seal("r1", &owner("s"), 3, plain.clone()).unwrap();
         assert!(
             !sealed.windows(6).any(|w| w == b"secret"),
             "the stored bytes do not show the heap"
@@ -245,7 +245,7 @@ mod tests {
         assert!(open(&key, "r1", &owner("s"), 3, &sealed[..10]).is_err());
         assert!(open(&key, "r1", &owner("s"), 3, &[]).is_err());
         // Two seals of one snapshot differ (random nonces).
-        assert_ne!(sealed, key.seal("r1", &owner("s"), 3, plain));
+        assert_ne!(sealed, key.seal("r1", &owner("s"), 3, plain).unwrap());
     }
 
     #[test]

@@ -151,15 +151,24 @@ impl LiveCell {
         };
         let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
         let expires_at_ms = parked_unix_ms.saturating_add(ttl_ms);
+        let snapshot = match env.state_key {
+            Some(key) => match key.seal(&run_id, &self.owner, host.generation, bytes) {
+                Ok(sealed) => sealed,
+                Err(e) => {
+                    self.store.data_mut().output = output;
+                    return self
+                        .end(env, host_fault(format!("InternalError: {e}")))
+                        .await;
+                }
+            },
+            None => bytes,
+        };
         let parked = ParkedRun {
             run_id: run_id.clone(),
             owner: self.owner.clone(),
             generation: host.generation,
             expires_at_ms,
-            snapshot: match env.state_key {
-                Some(key) => key.seal(&run_id, &self.owner, host.generation, bytes),
-                None => bytes,
-            },
+            snapshot,
             lease: self.lease,
             regrant: self.restart_safe,
         };
