@@ -3,8 +3,8 @@
 
 use crate::{value, waiting};
 use quickcell::store::{
-    ClaimRefused, Claimed, MemoryStateStore, ParkedRun, ResultStore, RunStore, SessionStore,
-    StateStore, StoreResult, UsageFilter, UsageRecord, UsageStore, UsageTotals,
+    ClaimRefused, Claimed, HostStore, MemoryStateStore, ParkedRun, ResultStore, RunStore,
+    SessionStore, StateStore, StoreResult, UsageFilter, UsageRecord, UsageStore, UsageTotals,
 };
 use quickcell::{ExecInput, Owner, Runtime, WaitInput};
 use serde_json::json;
@@ -64,12 +64,11 @@ impl RunStore for Counting {
     async fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         self.inner
-            .record_settlement(run_id, generation, request_id, settlement)
+            .record_settlement(run_id, request_id, settlement)
             .await
     }
     async fn count_runs(&self) -> StoreResult<usize> {
@@ -85,6 +84,9 @@ impl RunStore for Counting {
         self.inner.remove_session_runs(session).await
     }
 }
+
+/// One process's runs: no hosts to tell apart (the trait's defaults).
+impl HostStore for Counting {}
 
 #[async_trait::async_trait]
 impl SessionStore for Counting {

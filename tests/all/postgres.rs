@@ -465,3 +465,155 @@ fn a_run_whose_host_died_mid_wait_resumes_elsewhere_after_the_lease() {
         }
     }
 }
+
+/// A directory for a host whose cells run `timeout_ms` before they park,
+/// with the command tool `count_nap` (counts its runs in `counter`, naps
+/// `nap_s` seconds, returns the count).
+fn counting_host(
+    timeout_ms: u64,
+    counter: &std::path::Path,
+    nap_s: u32,
+    replay_safe: bool,
+) -> std::path::PathBuf {
+    let dir = workdir();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/count_nap.sh");
+    std::fs::write(
+        dir.join("quickcell.toml"),
+        format!(
+            "[limits]\ntimeout_ms = {timeout_ms}\n\n[[tools]]\nname = \"count_nap\"\ndescription = \"Counts and naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"{nap_s}\"]\nreplay_safe = {replay_safe}\ntimeout_ms = 60000\n",
+            script.display().to_string(),
+            counter.display().to_string(),
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// `quickcell ARGS --config quickcell.toml` in `dir`, started: its stdout
+/// piped.
+fn spawn_host(
+    dir: &std::path::Path,
+    url: &str,
+    key: &std::path::Path,
+    args: &[&str],
+) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .current_dir(dir)
+        .args(args)
+        .args(["--config", "quickcell.toml", "--state-key-file"])
+        .arg(key)
+        .env("QUICKCELL_STATE_URL", url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The first line a host printed, as JSON (the parked result of an `exec`
+/// whose process then stays to drain its tool calls).
+fn first_line(child: &mut std::process::Child) -> Value {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+}
+
+/// Runs the tool counted in `counter`.
+fn runs(counter: &std::path::Path) -> usize {
+    std::fs::read_to_string(counter)
+        .unwrap_or_default()
+        .lines()
+        .count()
+}
+
+/// A run parked on host A while its tool call still runs there is resumed
+/// on host B: B does not run the call again (replay-safe or not) but waits
+/// for the settlement A records, woken by `NOTIFY`, and completes with it.
+#[test]
+fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("drain");
+    for replay_safe in [false, true] {
+        let counter =
+            std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+        let a = counting_host(500, &counter, 3, replay_safe);
+        let b = counting_host(30_000, &counter, 3, replay_safe);
+        let mut parking = spawn_host(
+            &a,
+            &url,
+            &key,
+            &["exec", "--code", "return await count_nap({})"],
+        );
+        let parked = first_line(&mut parking);
+        assert_eq!(parked["status"], "waiting", "{parked}");
+        let run_id = parked["runId"].as_str().unwrap();
+        // A still runs the call (its process drains it before it exits).
+        let (status, resumed) = host_with_key(
+            &b,
+            &url,
+            &key,
+            &["wait", run_id, "--config", "quickcell.toml"],
+        );
+        assert_eq!(status, 0, "replay_safe {replay_safe}: {resumed}");
+        assert_eq!(resumed["value"], 1, "the call ran once, on A: {resumed}");
+        assert_eq!(parking.wait().unwrap().code(), Some(3), "A exits as its exec did, waiting");
+        assert_eq!(runs(&counter), 1);
+        // B's usage record counts no tool call of its own.
+        let (_, usage) = host_with_key(&b, &url, &key, &["usage", "--json", "--records", "100"]);
+        let records = usage["records"].as_array().unwrap();
+        let waited = records
+            .iter()
+            .find(|r| r["runId"] == run_id && r["kind"] == "wait")
+            .unwrap_or_else(|| panic!("{usage}"));
+        assert_eq!(waited["toolCalls"], 0, "{waited}");
+        let _ = std::fs::remove_file(&counter);
+    }
+}
+
+/// When the host that parked a run dies (`kill -9`) while another host
+/// waits for its tool call, the waiting host applies the restart rule once
+/// the dead host's announcement lapses: a replay-safe call runs again
+/// there, another settles with an unknown effect.
+#[test]
+fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("orphan");
+    for replay_safe in [true, false] {
+        let counter =
+            std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+        let a = counting_host(500, &counter, 30, replay_safe);
+        let b = counting_host(30_000, &counter, 1, replay_safe);
+        let mut parking = spawn_host(
+            &a,
+            &url,
+            &key,
+            &[
+                "exec",
+                "--code",
+                "try { return await count_nap({}); } catch (e) { return String(e.message); }",
+            ],
+        );
+        let parked = first_line(&mut parking);
+        assert_eq!(parked["status"], "waiting", "{parked}");
+        let run_id = parked["runId"].as_str().unwrap();
+        let waiting = spawn_host(&b, &url, &key, &["wait", run_id]);
+        parking.kill().unwrap();
+        parking.wait().unwrap();
+        let out = waiting.wait_with_output().unwrap();
+        let resumed: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(resumed["status"], "completed", "{resumed}");
+        if replay_safe {
+            assert_eq!(resumed["value"], 2, "run again on B: {resumed}");
+            assert_eq!(runs(&counter), 2);
+        } else {
+            let message = resumed["value"].as_str().unwrap();
+            assert!(message.contains("its effect is unknown"), "{message}");
+            assert_eq!(runs(&counter), 1);
+        }
+        let _ = std::fs::remove_file(&counter);
+    }
+}

@@ -37,6 +37,12 @@
 //! request that is not replay-safe settles with an error saying that its
 //! effect is unknown.
 //!
+//! With a store other hosts share, the snapshot names the host draining
+//! each tool call still running ([`Outstanding::drained_by`]). A restore
+//! elsewhere while that host is alive waits for those calls' settlements
+//! in the store (the `remote` module) and applies the rule above only once
+//! that host has ended.
+//!
 //! # restartSafe cells
 //!
 //! In a `restartSafe` cell a call to a tool that is not marked replay-safe
@@ -45,6 +51,7 @@
 
 mod calls;
 mod catalog;
+mod remote;
 pub(crate) mod results;
 mod session_store;
 mod settlement;
@@ -53,6 +60,8 @@ mod timers;
 #[cfg(feature = "mcp-server")]
 pub(crate) use calls::{approval_denied, PERMISSION_CHANGED};
 pub(crate) use catalog::{CellTools, ToolsForCells};
+pub(crate) use remote::Drainers;
+use remote::Landed;
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;
 
@@ -89,6 +98,10 @@ pub(crate) struct Outstanding {
     /// A timer's due time, in Unix milliseconds.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub due_unix_ms: Option<u64>,
+    /// The host that runs it while the cell is parked (its id in the
+    /// state store), for a host tool call running when the cell parked.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub drained_by: Option<String>,
 }
 
 /// What a parked cell's snapshot keeps of its bridge.
@@ -144,6 +157,14 @@ fn is_store_request(method: &str) -> bool {
         method,
         "storeGet" | "storeSet" | "resultSave" | "resultLoad" | "resultDelete"
     )
+}
+
+/// Whether a request of `method` is a call this host runs for the cell
+/// (what a parked run's drainer keeps running): not a timer, a yield, a
+/// client tool call, or a session-store or saved-result request (a cell
+/// parks only once those have finished).
+fn is_host_tool_work(method: &str) -> bool {
+    !matches!(method, "sleep" | "yield" | CLIENT_TOOL_METHOD) && !is_store_request(method)
 }
 
 /// How a request starts.
@@ -206,7 +227,12 @@ pub(crate) struct Bridge {
     tools: Arc<CellTools>,
     max_in_flight: usize,
     restart_safe: bool,
-    in_flight: JoinSet<Settlement>,
+    in_flight: JoinSet<Landed>,
+    /// Requests awaited from the host that drains them (in `in_flight`).
+    remote: BTreeMap<u64, String>,
+    /// The cell is parked: requests still queued are not started (they
+    /// start wherever the run resumes, so that none runs twice).
+    parked: bool,
     tokens: HashMap<u64, CancellationToken>,
     queued: VecDeque<BridgeRequest>,
     /// Settlements waiting for delivery, oldest first.
@@ -241,6 +267,8 @@ impl Bridge {
             max_in_flight: max_in_flight.max(1),
             restart_safe,
             in_flight: JoinSet::new(),
+            remote: BTreeMap::new(),
+            parked: false,
             tokens: HashMap::new(),
             queued: VecDeque::new(),
             ready: VecDeque::new(),
@@ -387,6 +415,7 @@ impl Bridge {
         restart_safe: bool,
         state: BridgeState,
         recorded: Vec<Settlement>,
+        drainers: Option<Drainers>,
     ) -> Self {
         let mut bridge = Self::new(tools, max_in_flight, restart_safe);
         bridge.dispatch_started = state.dispatch_started;
@@ -409,34 +438,74 @@ impl Bridge {
                 bridge.outstanding.insert(id, request);
                 continue;
             }
-            if request.started && !request.replay_safe {
-                bridge
-                    .ready
-                    .push_back(err(id, EFFECT_UNKNOWN, "tool_error"));
-                continue;
+            // Its host still runs it: its settlement is awaited.
+            if let (Some(host), Some(drainers)) = (&request.drained_by, &drainers) {
+                if drainers.alive.contains(host) {
+                    bridge.await_remote(drainers, id, host.clone());
+                    bridge.outstanding.insert(id, request);
+                    continue;
+                }
             }
-            let args_json = match request.due_unix_ms {
-                Some(due) => Arc::from(format!("{{\"ms\":{}}}", due.saturating_sub(now))),
-                None => request.args_json.clone(),
-            };
-            bridge.queued.push_back(BridgeRequest {
-                id,
-                method: request.method.clone(),
-                args_json,
-                oversized_args: None,
-                over_outstanding_cap: false,
-            });
-            bridge.outstanding.insert(id, request);
+            bridge.rerun_or_unknown(id, request, now);
         }
         // Dispatch starts with the caller's next `collect_finished`, after
         // it has set the reply inbox.
         bridge
     }
 
-    /// What the snapshot keeps of this bridge.
-    pub(crate) fn parked_state(&self) -> BridgeState {
+    /// Awaits request `id` from `host`, which drains it.
+    fn await_remote(&mut self, drainers: &Drainers, id: u64, host: String) {
+        self.remote.insert(id, host.clone());
+        self.in_flight.spawn(remote::await_settlement(
+            drainers.store.clone(),
+            drainers.run_id.clone(),
+            id,
+            host,
+        ));
+    }
+
+    /// The restart rule for request `id`, whose host ended: a request not
+    /// started yet, or replay-safe, is queued again (a timer for the time
+    /// it has left at `now`); another settles with an unknown effect.
+    fn rerun_or_unknown(&mut self, id: u64, mut request: Outstanding, now: u64) {
+        {
+            if request.started && !request.replay_safe {
+                self.ready.push_back(err(id, EFFECT_UNKNOWN, "tool_error"));
+                return;
+            }
+            request.drained_by = None;
+            let args_json = match request.due_unix_ms {
+                Some(due) => Arc::from(format!("{{\"ms\":{}}}", due.saturating_sub(now))),
+                None => request.args_json.clone(),
+            };
+            self.queued.push_back(BridgeRequest {
+                id,
+                method: request.method.clone(),
+                args_json,
+                oversized_args: None,
+                over_outstanding_cap: false,
+            });
+            self.outstanding.insert(id, request);
+        }
+    }
+
+    /// What the snapshot keeps of this bridge. `host`, when the store has
+    /// hosts to tell apart, is this host's id: the tool calls it runs are
+    /// named as drained by it.
+    pub(crate) fn parked_state(&self, host: Option<&str>) -> BridgeState {
+        let mut outstanding = self.outstanding.clone();
+        if let Some(host) = host {
+            for (id, request) in &mut outstanding {
+                if request.started
+                    && is_host_tool_work(&request.method)
+                    && !self.remote.contains_key(id)
+                {
+                    request.drained_by = Some(host.to_string());
+                }
+            }
+        }
         BridgeState {
-            outstanding: self.outstanding.clone(),
+            outstanding,
             ready: self.ready.iter().cloned().collect(),
             yields: self.yields.clone(),
             dispatch_started: self.dispatch_started,
@@ -446,6 +515,12 @@ impl Bridge {
                 .map(|store| store.buffered().writes().clone())
                 .unwrap_or_default(),
         }
+    }
+
+    /// Marks the cell parked (its queued requests wait for the `wait` that
+    /// resumes it) or resumed.
+    pub(crate) fn set_parked(&mut self, parked: bool) {
+        self.parked = parked;
     }
 
     /// Whether a `yield` request is held.
@@ -488,12 +563,12 @@ impl Bridge {
             .collect()
     }
 
-    /// Whether tool calls the host runs (not timers, yields or client tool
-    /// calls) are queued or running.
+    /// Whether tool calls this host runs (not timers, yields, client tool
+    /// calls, or calls another host drains) are running.
     pub(crate) fn has_tool_work(&self) -> bool {
-        self.outstanding
-            .values()
-            .any(|r| r.method != "sleep" && r.method != "yield" && r.method != CLIENT_TOOL_METHOD)
+        self.outstanding.iter().any(|(id, r)| {
+            r.started && is_host_tool_work(&r.method) && !self.remote.contains_key(id)
+        })
     }
 
     /// Whether a client tool call waits for the caller's answer.
@@ -574,6 +649,7 @@ impl Bridge {
                     started: false,
                     replay_safe: false,
                     due_unix_ms: None,
+                    drained_by: None,
                 },
             );
         }
@@ -636,10 +712,14 @@ impl Bridge {
     }
 
     /// Starts queued requests while in-flight slots are free and the
-    /// replies waiting for delivery take less than the reply inbox: while
-    /// the guest is not taking replies (a parked cell), requests stay
-    /// queued instead of piling up more replies on the host.
+    /// replies waiting for delivery take less than the reply inbox, so
+    /// that requests stay queued instead of piling up replies the guest is
+    /// not taking. A parked cell starts none: its snapshot records them as
+    /// not started, and whichever host resumes it starts them.
     fn pump(&mut self) {
+        if self.parked {
+            return;
+        }
         // With nothing waiting, requests always start (whatever the inbox
         // was set to), so a cell can never stall with work queued.
         while self.in_flight.len() < self.max_in_flight
@@ -802,7 +882,8 @@ impl Bridge {
             if let Some(token) = token {
                 self.tokens.insert(id, token);
             }
-            self.in_flight.spawn(future);
+            self.in_flight
+                .spawn(async move { Landed::Settled(future.await) });
             return replay_safe;
         }
         let first_poll = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -828,10 +909,10 @@ impl Bridge {
         // The inner task isolates a panicking tool: its settlement
         // becomes a tool error and the host keeps serving.
         self.in_flight.spawn(async move {
-            match tokio::spawn(future).await {
+            Landed::Settled(match tokio::spawn(future).await {
                 Ok(settlement) => settlement,
                 Err(_) => tool_panicked(id),
-            }
+            })
         });
         replay_safe
     }
@@ -913,9 +994,16 @@ impl Bridge {
         Some(self.ready.range(before..).cloned().collect())
     }
 
-    fn settled(&mut self, result: Result<Settlement, tokio::task::JoinError>) {
+    fn settled(&mut self, result: Result<Landed, tokio::task::JoinError>) {
         match result {
-            Ok(settlement) => {
+            Ok(Landed::Orphaned(id)) => {
+                self.remote.remove(&id);
+                if let Some(request) = self.outstanding.remove(&id) {
+                    self.rerun_or_unknown(id, request, unix_ms());
+                }
+            }
+            Ok(Landed::Settled(settlement)) => {
+                self.remote.remove(&settlement.id);
                 let mut settlement = settlement;
                 let id = settlement.id;
                 self.tokens.remove(&id);

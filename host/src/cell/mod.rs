@@ -426,7 +426,7 @@ pub(crate) async fn wait(
     // claimed (a refused `wait` leaves its drainer alone). A drainer that
     // records a settlement after the claim read them is harmless: the live
     // bridge holds it too, and the recorded ones are used only without it.
-    let live = env.runs.take_live(run_id).await;
+    let live = env.runs.take_live(run_id, claimed.generation).await;
     if input.cancel {
         return abandon(env, run_id, live).await;
     }
@@ -472,6 +472,8 @@ async fn abandon(
     live: Option<crate::bridge::Bridge>,
 ) -> CellResult {
     drop(live);
+    // Drainers of earlier generations of it too.
+    env.runs.forget_live(&[run_id.to_string()]);
     if let Err(e) = env.store.remove(run_id).await {
         return host_failure(
             format!("InternalError: cannot remove the cancelled run from the state store: {e:#}"),

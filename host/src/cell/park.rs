@@ -74,6 +74,19 @@ impl LiveCell {
             }
         };
         let delivered_output = fitted.output;
+        // The snapshot names this host as the drainer of the tool calls it
+        // keeps running, once the store records it alive.
+        let drainer = if self.bridge.has_tool_work() {
+            match env.store.announce_host().await {
+                Ok(host) => host,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot announce this host in the state store; a wait elsewhere will treat its tool calls as ended");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let parked_unix_ms = unix_ms();
         let host = HostState {
             run_id: run_id.clone(),
@@ -90,7 +103,7 @@ impl LiveCell {
                 .clock_offset_ns
                 .saturating_add(process_nanos()),
             parked_unix_ms,
-            bridge: self.bridge.parked_state(),
+            bridge: self.bridge.parked_state(drainer.as_deref()),
             client_tools: self.bridge.declared_client_tools().to_vec(),
             catalog_digest: self.bridge.catalog_digest().to_string(),
             guest_finished: Some(self.guest_finished),
@@ -171,6 +184,7 @@ impl LiveCell {
             snapshot,
             lease: self.lease,
             regrant: self.restart_safe,
+            awaiting: host.bridge.outstanding.keys().copied().collect(),
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         env.stats

@@ -147,12 +147,14 @@ pub(super) async fn restore(
                 .iter()
                 .filter_map(|s| serde_json::from_str(s).ok())
                 .collect();
+            let drainers = drainers(env, run_id, &host.bridge).await;
             Bridge::restore(
                 tools.clone(),
                 env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
                 recorded,
+                Some(drainers),
             )
             .with_reply_inbox(env.limits.reply_inbox_bytes())
             .with_session(SessionAccess {
@@ -217,4 +219,36 @@ pub(super) async fn restore(
         lease: Some(claimed.lease),
     };
     Ok((cell, status))
+}
+
+/// The hosts that drain requests of the run (as its snapshot names them)
+/// and are alive: their requests are awaited, not run again. A host whose
+/// liveness the store cannot tell is taken for ended.
+async fn drainers(
+    env: &CellEnv<'_>,
+    run_id: &str,
+    bridge: &crate::bridge::BridgeState,
+) -> crate::bridge::Drainers {
+    let named: std::collections::BTreeSet<&str> = bridge
+        .outstanding
+        .values()
+        .filter_map(|request| request.drained_by.as_deref())
+        .collect();
+    let mut alive = std::collections::HashSet::new();
+    for host in named {
+        match env.store.host_alive(host).await {
+            Ok(true) => {
+                alive.insert(host.to_string());
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(run_id, host, error = %e, "cannot tell whether a host is alive")
+            }
+        }
+    }
+    crate::bridge::Drainers {
+        store: env.store.clone(),
+        run_id: run_id.to_string(),
+        alive,
+    }
 }

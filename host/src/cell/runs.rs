@@ -6,9 +6,13 @@
 //! still running. While a run is parked its bridge is owned by a drainer
 //! task that records each settlement in the store as it lands — so a `wait`
 //! in another process, or after a restart, delivers it — and keeps it for
-//! a `wait` in this process, which takes the bridge back over. The drainer
-//! ends when the run expires (its tool calls are cancelled) or when nothing
-//! is left running.
+//! a `wait` in this process, which takes the bridge back over — of the same
+//! generation only: a run resumed and parked again elsewhere meanwhile is
+//! restored from its snapshot, and the drainer of the earlier generation
+//! keeps recording the settlements it still awaits. A parked bridge starts
+//! no queued request. The drainer ends when the run expires or is gone
+//! from the store (its tool calls are cancelled), or when nothing is left
+//! running.
 //!
 //! # Slots
 //!
@@ -77,7 +81,8 @@ impl SlotRefused {
 pub(crate) struct RunRegistry {
     store: Arc<dyn StateStore>,
     pub limits: HostLimits,
-    live: Mutex<HashMap<String, LiveRun>>,
+    /// By run id and generation.
+    live: Mutex<HashMap<(String, u64), LiveRun>>,
     /// Cells of this process holding a slot without a stored run.
     running: AtomicUsize,
     /// The same, per session.
@@ -283,8 +288,13 @@ impl RunRegistry {
     /// their tool calls get their cancel signal.
     pub(crate) fn forget_live(&self, runs: &[String]) {
         let mut live = self.live();
-        for id in runs {
-            if let Some(LiveRun::Draining { stop, .. }) = live.remove(id) {
+        let gone: Vec<(String, u64)> = live
+            .keys()
+            .filter(|(id, _)| runs.contains(id))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(LiveRun::Draining { stop, .. }) = live.remove(&key) {
                 // The drainer returns the bridge, which is dropped with
                 // its task's output.
                 stop.cancel();
@@ -292,7 +302,7 @@ impl RunRegistry {
         }
     }
 
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<String, LiveRun>> {
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), LiveRun>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -313,9 +323,9 @@ impl RunRegistry {
         };
         // One store call: a networked store answers it in one round trip.
         let counts = self.store.purge_and_count(unix_ms(), session).await?;
-        for expired in &counts.purged {
+        if !counts.purged.is_empty() {
             // Dropping an expired run's bridge cancels its requests.
-            self.live().remove(expired);
+            self.forget_live(&counts.purged);
         }
         if (held + counts.runs) as u64 >= self.limits.max_suspended_runs() {
             return Ok(Err(SlotRefused::Full));
@@ -346,9 +356,10 @@ impl RunRegistry {
         expires_at_ms: u64,
         mut bridge: Bridge,
     ) {
+        bridge.set_parked(true);
+        let key = (run_id.to_string(), generation);
         if !self.store.is_shared() {
-            self.live()
-                .insert(run_id.to_string(), LiveRun::Idle(Box::new(bridge)));
+            self.live().insert(key, LiveRun::Idle(Box::new(bridge)));
             return;
         }
         let stop = CancellationToken::new();
@@ -377,8 +388,13 @@ impl RunRegistry {
                         let Some(settled) = settled else { return Some(bridge) };
                         for s in settled {
                             let json = serde_json::to_string(&s).unwrap_or_default();
-                            if let Err(e) = store.record_settlement(&id, generation, s.id, &json).await {
-                                tracing::warn!(run_id = %id, error = %e, "cannot record a settlement");
+                            match store.record_settlement(&id, s.id, &json).await {
+                                Ok(true) => {}
+                                // The run is gone (finished or abandoned
+                                // elsewhere): dropping the bridge cancels
+                                // what it still runs.
+                                Ok(false) => return None,
+                                Err(e) => tracing::warn!(run_id = %id, error = %e, "cannot record a settlement"),
                             }
                         }
                     }
@@ -386,7 +402,7 @@ impl RunRegistry {
             }
         });
         self.live().insert(
-            run_id.to_string(),
+            key,
             LiveRun::Draining {
                 stop,
                 stop_after_tool_calls,
@@ -395,17 +411,20 @@ impl RunRegistry {
         );
     }
 
-    /// Takes a parked run's bridge back from its drainer, if this process
-    /// holds it.
-    pub(crate) async fn take_live(&self, run_id: &str) -> Option<Bridge> {
-        let live = self.live().remove(run_id)?;
-        match live {
-            LiveRun::Idle(bridge) => Some(*bridge),
+    /// Takes a parked run's bridge of `generation` back from its drainer,
+    /// if this process holds it. The drainer of an earlier generation
+    /// (the run was resumed and parked again elsewhere) keeps draining.
+    pub(crate) async fn take_live(&self, run_id: &str, generation: u64) -> Option<Bridge> {
+        let live = self.live().remove(&(run_id.to_string(), generation))?;
+        let mut bridge = match live {
+            LiveRun::Idle(bridge) => *bridge,
             LiveRun::Draining { stop, task, .. } => {
                 stop.cancel();
-                task.await.ok().flatten()
+                task.await.ok().flatten()?
             }
-        }
+        };
+        bridge.set_parked(false);
+        Some(bridge)
     }
 
     /// Waits until no parked run of this process has a tool call queued or
@@ -413,7 +432,7 @@ impl RunRegistry {
     /// wherever the run resumes). A process that parks runs and then exits
     /// calls this first, so that calls it started settle and are recorded.
     pub(crate) async fn settle_tool_calls(&self) {
-        let ids: Vec<String> = self.live().keys().cloned().collect();
+        let ids: Vec<(String, u64)> = self.live().keys().cloned().collect();
         for id in ids {
             let Some(LiveRun::Draining {
                 stop_after_tool_calls,

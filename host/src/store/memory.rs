@@ -21,6 +21,8 @@ pub struct MemoryStateStore {
     results: Mutex<HashMap<(String, String), String>>,
     /// The usage ledger, oldest first.
     usage: Mutex<Vec<UsageRecord>>,
+    /// Watches of runs' settlements.
+    wakers: super::SettlementWakers,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -33,7 +35,8 @@ struct MemoryRun {
     claimed_until_ms: Option<u64>,
     /// The claim counter (the latest claim's lease).
     lease: u64,
-    settlements: Vec<(u64, u64, String)>,
+    /// Recorded settlements (request id, JSON), in the order recorded.
+    settlements: Vec<(u64, String)>,
 }
 
 impl MemoryRun {
@@ -51,6 +54,30 @@ impl MemoryRun {
 impl MemoryStateStore {
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, MemoryRun>> {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs here are this process's alone: no host is announced, so no run
+/// waits on another host; watches and recorded settlements work as in the
+/// shared backends.
+#[async_trait]
+impl super::HostStore for MemoryStateStore {
+    async fn watch_settlements(&self, run_id: &str) -> StoreResult<super::SettlementWatch> {
+        Ok(self.wakers.watch(run_id))
+    }
+
+    async fn recorded_settlement(
+        &self,
+        run_id: &str,
+        request_id: u64,
+    ) -> StoreResult<Option<String>> {
+        Ok(self.runs().get(run_id).and_then(|entry| {
+            entry
+                .settlements
+                .iter()
+                .find(|(id, _)| *id == request_id)
+                .map(|(_, s)| s.clone())
+        }))
     }
 }
 
@@ -75,7 +102,7 @@ impl RunStore for MemoryStateStore {
             .map(|old| old.settlements)
             .unwrap_or_default()
             .into_iter()
-            .filter(|(generation, _, _)| *generation >= run.generation)
+            .filter(|(id, _)| run.awaiting.contains(id))
             .collect();
         runs.insert(
             run.run_id.clone(),
@@ -115,12 +142,7 @@ impl RunStore for MemoryStateStore {
             lease: entry.lease,
             generation,
             snapshot: entry.run.snapshot.clone(),
-            settlements: entry
-                .settlements
-                .iter()
-                .filter(|(g, _, _)| *g == generation)
-                .map(|(_, _, s)| s.clone())
-                .collect(),
+            settlements: entry.settlements.iter().map(|(_, s)| s.clone()).collect(),
         }))
     }
 
@@ -163,21 +185,21 @@ impl RunStore for MemoryStateStore {
     async fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> StoreResult<()> {
-        if let Some(entry) = self.runs().get_mut(run_id) {
-            if entry.run.generation == generation {
-                entry
-                    .settlements
-                    .retain(|(g, id, _)| !(*g == generation && *id == request_id));
-                entry
-                    .settlements
-                    .push((generation, request_id, settlement.to_string()));
+    ) -> StoreResult<bool> {
+        let recorded = match self.runs().get_mut(run_id) {
+            None => return Ok(false),
+            Some(entry) if entry.settlements.iter().any(|(id, _)| *id == request_id) => false,
+            Some(entry) => {
+                entry.settlements.push((request_id, settlement.to_string()));
+                true
             }
+        };
+        if recorded {
+            self.wakers.wake(run_id);
         }
-        Ok(())
+        Ok(true)
     }
 
     async fn count_runs(&self) -> StoreResult<usize> {

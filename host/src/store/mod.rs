@@ -30,9 +30,25 @@
 //! has claimed it. A claim whose holder vanished (the process died
 //! mid-`wait`) is re-granted after its deadline only for a restart-safe
 //! run ([`ParkedRun::regrant`]); any other run is then reported unavailable
-//! and removed, because its snapshot may already have been resumed once. `tests.rs` is the conformance suite every backend
-//! passes.
+//! and removed, because its snapshot may already have been resumed once.
+//!
+//! # Settlements across hosts
+//!
+//! The host that parks a run keeps its tool calls running and records each
+//! settlement in the store ([`RunStore::record_settlement`]), per request:
+//! a request's id is unique within its run, so a settlement stays valid
+//! across generations until a park no longer awaits it
+//! ([`ParkedRun::awaiting`]). The snapshot names the host draining each
+//! request. A `wait` on another host that resumes the run while that host
+//! is alive ([`HostStore`]) does not run those requests again: it waits
+//! for their settlements, woken when one is recorded
+//! ([`HostStore::watch_settlements`]; PostgreSQL's `LISTEN`/`NOTIFY`), and
+//! applies the restart rule (replay-safe calls run again, others report an
+//! unknown effect) only once that host is no longer alive.
+//!
+//! `tests.rs` is the conformance suite every backend passes.
 
+mod hosts;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
@@ -41,11 +57,12 @@ mod sqlite;
 #[cfg(test)]
 mod tests;
 
+pub use hosts::{HostStore, SettlementWakers, SettlementWatch};
 pub use memory::{MemoryStateStore, MAX_MEMORY_USAGE_RECORDS};
 #[cfg(feature = "postgres")]
 pub use postgres::{
-    PostgresStateStore, MAX_POSTGRES_CONNECTIONS, POSTGRES_CONNECT_TIMEOUT,
-    POSTGRES_STATEMENT_TIMEOUT,
+    PostgresStateStore, HOST_HEARTBEAT_INTERVAL, HOST_LIVENESS_TTL, MAX_POSTGRES_CONNECTIONS,
+    POSTGRES_CONNECT_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStateStore, STATE_FILE};
@@ -85,6 +102,10 @@ pub struct ParkedRun {
     /// which may run again from this snapshot. Otherwise a lapsed claim
     /// makes the run unavailable.
     pub regrant: bool,
+    /// The ids of the requests the snapshot still waits on. Recorded
+    /// settlements of other requests are forgotten: the run has delivered
+    /// them, or never will.
+    pub awaiting: Vec<u64>,
 }
 
 /// A successful claim: the snapshot to resume.
@@ -94,8 +115,9 @@ pub struct Claimed {
     pub generation: u64,
     /// The checkpoint stored with it.
     pub snapshot: Vec<u8>,
-    /// Settlements recorded for this generation while the run was parked,
-    /// in the order they were recorded.
+    /// Settlements recorded while the run was parked (by any host), in
+    /// the order they were recorded; the restore keeps those of requests
+    /// the snapshot still waits on.
     pub settlements: Vec<String>,
     /// The claim's fencing token: the run's claim counter, incremented by
     /// every claim. Writes that end the claim ([`RunStore::park`],
@@ -195,7 +217,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[async_trait]
 pub trait RunStore: Send + Sync {
     /// Stores (or replaces) a parked run in state `parked`, and forgets the
-    /// settlements of its earlier generations. Fails when the run's
+    /// recorded settlements of requests it no longer awaits
+    /// ([`ParkedRun::awaiting`]). Fails when the run's
     /// [`ParkedRun::lease`] is not its latest claim (fencing).
     async fn park(&self, run: ParkedRun) -> StoreResult<()>;
     /// Claims a parked run for one `wait` until `claim_until_ms`.
@@ -219,15 +242,16 @@ pub trait RunStore: Send + Sync {
     /// settlements; returns their ids. What closing a session does
     /// (operations.md §3.1).
     async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>>;
-    /// Records the settlement of a request of a parked run's generation
-    /// (ignored when the run is gone or parked again since).
+    /// Records the settlement of a request of a parked (or resuming) run,
+    /// unless one is recorded for that request already, and wakes the
+    /// hosts watching the run ([`HostStore::watch_settlements`]). Returns
+    /// whether the run is still held: once it is gone, its drainer stops.
     async fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<bool>;
     /// Number of runs held (parked or resuming). Callers remove expired
     /// runs first ([`RunStore::purge_expired`]).
     async fn count_runs(&self) -> StoreResult<usize>;
@@ -438,7 +462,7 @@ pub trait UsageStore: Send + Sync {
 /// usage ledger. Give one to
 /// [`RuntimeBuilder::state_store`](crate::RuntimeBuilder::state_store) to use
 /// another backend.
-pub trait StateStore: RunStore + SessionStore + ResultStore + UsageStore {
+pub trait StateStore: RunStore + SessionStore + ResultStore + UsageStore + HostStore {
     /// Whether other processes (or a restarted host) can see these runs;
     /// only then are settlements of parked runs worth recording.
     fn is_shared(&self) -> bool;

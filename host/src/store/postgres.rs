@@ -7,20 +7,53 @@
 //! UPDATE`), so concurrent `wait`s on different hosts resolve to exactly
 //! one winner. Saving a result takes a transaction-scoped advisory lock on
 //! its agent run, so the count and size caps hold across hosts.
+//!
+//! Hosts ([`HostStore`]): a host that drains parked runs' tool calls
+//! records itself in `quickcell_hosts` with a deadline the database's clock
+//! sets, renewed every [`HOST_HEARTBEAT_INTERVAL`]; it is alive while that
+//! deadline ([`HOST_LIVENESS_TTL`] after the latest renewal) has not
+//! passed. Recording a settlement sends `NOTIFY quickcell_settlement` with
+//! the run id; each store keeps one connection of its own `LISTEN`ing on
+//! that channel (opened at its first watch, reconnected when lost) and
+//! wakes the watches of the runs named.
 
 use super::{
-    ClaimRefused, Claimed, Owner, ParkedRun, ResultStore, RunCounts, RunStore, SessionStore,
-    StateStore, StoreResult,
+    ClaimRefused, Claimed, HostStore, Owner, ParkedRun, ResultStore, RunCounts, RunStore,
+    SessionStore, SettlementWakers, SettlementWatch, StateStore, StoreResult,
 };
 use super::{UsageFilter, UsageRecord, UsageStore, UsageTotals, MAX_USAGE_RECORDS_LISTED};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio_postgres::types::ToSql;
 
-/// Connections one store keeps open at most (per process).
+/// Connections one store's pool keeps open at most (per process); a store
+/// that watches settlements holds one more, its `LISTEN` connection.
 pub const MAX_POSTGRES_CONNECTIONS: usize = 16;
+
+/// How often a host that drains parked runs renews its announcement.
+pub const HOST_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a host's announcement lasts after its latest renewal: a host
+/// that died is taken for dead this long after its last heartbeat, and
+/// the tool calls it was running are then subject to the restart rule.
+pub const HOST_LIVENESS_TTL: Duration = Duration::from_secs(4);
+
+/// The channel settlements are announced on; the payload is the run id.
+const SETTLEMENT_CHANNEL: &str = "quickcell_settlement";
+
+/// How long an answer of [`HostStore::host_alive`] is reused, so that
+/// many runs waiting on one host ask the database once.
+const LIVENESS_CACHE_TTL: Duration = Duration::from_millis(500);
+
+/// Most hosts whose liveness is cached; past it the cache starts over.
+const MAX_CACHED_HOSTS: usize = 1024;
+
+/// How long the `LISTEN` connection waits before reconnecting.
+const LISTEN_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// How long a call waits for a free connection, or for a new one to be
 /// established, before it fails.
@@ -88,6 +121,16 @@ CREATE INDEX usage_by_time ON usage (at_ms);
 ALTER TABLE runs ADD COLUMN lease BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN regrant BOOLEAN NOT NULL DEFAULT false;
 ",
+    "
+ALTER TABLE settlements DROP COLUMN generation;
+DELETE FROM settlements a USING settlements b
+    WHERE a.run_id = b.run_id AND a.request_id = b.request_id AND a.seq > b.seq;
+ALTER TABLE settlements ADD PRIMARY KEY (run_id, request_id);
+CREATE TABLE quickcell_hosts (
+    host_id TEXT PRIMARY KEY,
+    alive_until TIMESTAMPTZ NOT NULL
+);
+",
 ];
 
 /// Key of the advisory lock that serializes migrations across hosts
@@ -98,6 +141,30 @@ const MIGRATION_LOCK: i64 = 0x7175_6963_6b63_656c; // "quickcel"
 #[derive(Clone)]
 pub struct PostgresStateStore {
     pool: Pool,
+    hosts: Arc<Hosts>,
+}
+
+/// What a store knows of hosts: its own announcement, its `LISTEN`
+/// connection and the watches it wakes.
+struct Hosts {
+    /// The connection settings, for the `LISTEN` connection.
+    config: tokio_postgres::Config,
+    /// This store's host id, once announced.
+    announced: tokio::sync::OnceCell<String>,
+    /// `true` while the `LISTEN` connection listens; started at the first
+    /// watch.
+    listening: tokio::sync::OnceCell<tokio::sync::watch::Receiver<bool>>,
+    wakers: Arc<SettlementWakers>,
+    /// Recent answers of `host_alive`.
+    liveness: Mutex<HashMap<String, (bool, Instant)>>,
+    /// Ends the heartbeat and the `LISTEN` connection with the store.
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 fn to_i64(v: u64) -> i64 {
@@ -149,7 +216,7 @@ impl PostgresStateStore {
             config.application_name("quickcell");
         }
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             tokio_postgres::NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -162,7 +229,17 @@ impl PostgresStateStore {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .context("cannot build the PostgreSQL connection pool")?;
-        let store = Self { pool };
+        let store = Self {
+            pool,
+            hosts: Arc::new(Hosts {
+                config,
+                announced: Default::default(),
+                listening: Default::default(),
+                wakers: Default::default(),
+                liveness: Default::default(),
+                stop: Default::default(),
+            }),
+        };
         store
             .migrate()
             .await
@@ -260,6 +337,218 @@ async fn delete_runs(
     Ok(())
 }
 
+#[async_trait]
+impl HostStore for PostgresStateStore {
+    async fn announce_host(&self) -> StoreResult<Option<String>> {
+        let hosts = &self.hosts;
+        let id = hosts
+            .announced
+            .get_or_try_init(|| async {
+                let id = format!("h_{}", uuid::Uuid::new_v4().simple());
+                let client = self.client().await?;
+                // Hosts gone for a day are forgotten.
+                client
+                    .execute(
+                        "DELETE FROM quickcell_hosts WHERE alive_until < now() - interval '1 day'",
+                        &[],
+                    )
+                    .await?;
+                renew(&client, &id).await?;
+                drop(client);
+                tokio::spawn(heartbeat(self.pool.clone(), id.clone(), hosts.stop.clone()));
+                anyhow::Ok(id)
+            })
+            .await?;
+        Ok(Some(id.clone()))
+    }
+
+    async fn host_alive(&self, host: &str) -> StoreResult<bool> {
+        if self.hosts.announced.get().is_some_and(|id| id == host) {
+            return Ok(true);
+        }
+        let cached = |liveness: &HashMap<String, (bool, Instant)>| {
+            liveness
+                .get(host)
+                .filter(|(_, at)| at.elapsed() < LIVENESS_CACHE_TTL)
+                .map(|(alive, _)| *alive)
+        };
+        if let Some(alive) = cached(&lock(&self.hosts.liveness)) {
+            return Ok(alive);
+        }
+        let work = async {
+            let row = self
+                .client()
+                .await?
+                .query_opt(
+                    "SELECT alive_until > now() FROM quickcell_hosts WHERE host_id = $1",
+                    &[&host],
+                )
+                .await?;
+            anyhow::Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
+        };
+        let alive = work.await?;
+        let mut liveness = lock(&self.hosts.liveness);
+        if liveness.len() >= MAX_CACHED_HOSTS {
+            liveness.clear();
+        }
+        liveness.insert(host.to_string(), (alive, Instant::now()));
+        Ok(alive)
+    }
+
+    async fn watch_settlements(&self, run_id: &str) -> StoreResult<SettlementWatch> {
+        let watch = self.hosts.wakers.watch(run_id);
+        let hosts = &self.hosts;
+        let mut listening = hosts
+            .listening
+            .get_or_init(|| async {
+                let (ready, listening) = tokio::sync::watch::channel(false);
+                tokio::spawn(listen(
+                    hosts.config.clone(),
+                    Arc::downgrade(&hosts.wakers),
+                    ready,
+                    hosts.stop.clone(),
+                ));
+                listening
+            })
+            .await
+            .clone();
+        // The watch counts from when the connection listens.
+        let listens = tokio::time::timeout(
+            POSTGRES_CONNECT_TIMEOUT,
+            listening.wait_for(|listens| *listens),
+        )
+        .await;
+        if !matches!(listens, Ok(Ok(_))) {
+            return Err(anyhow::anyhow!(
+                "cannot listen for settlements: the LISTEN connection to the state store is down"
+            )
+            .into());
+        }
+        Ok(watch)
+    }
+
+    async fn recorded_settlement(
+        &self,
+        run_id: &str,
+        request_id: u64,
+    ) -> StoreResult<Option<String>> {
+        self.optional_text(
+            "SELECT settlement FROM settlements WHERE run_id = $1 AND request_id = $2",
+            &[&run_id, &to_i64(request_id)],
+        )
+        .await
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sets `host`'s deadline [`HOST_LIVENESS_TTL`] past the database's now.
+async fn renew(client: &tokio_postgres::Client, host: &str) -> anyhow::Result<()> {
+    let ttl_ms = HOST_LIVENESS_TTL.as_millis() as f64;
+    client
+        .execute(
+            "INSERT INTO quickcell_hosts (host_id, alive_until)
+             VALUES ($1, now() + $2 * interval '1 millisecond')
+             ON CONFLICT (host_id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
+            &[&host, &ttl_ms],
+        )
+        .await?;
+    Ok(())
+}
+
+/// Renews `host`'s announcement every [`HOST_HEARTBEAT_INTERVAL`] until
+/// `stop`; a store that closes withdraws it, so that other hosts stop
+/// waiting on it at once.
+async fn heartbeat(pool: Pool, host: String, stop: tokio_util::sync::CancellationToken) {
+    let mut ticks = tokio::time::interval(HOST_HEARTBEAT_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = ticks.tick() => {}
+        }
+        let renewed = async {
+            let client = pool.get().await?;
+            renew(&client, &host).await
+        };
+        if let Err(e) = renewed.await {
+            tracing::warn!(host, error = %e, "cannot renew this host's announcement in the state store");
+        }
+    }
+    if let Ok(client) = pool.get().await {
+        let _ = client
+            .execute("DELETE FROM quickcell_hosts WHERE host_id = $1", &[&host])
+            .await;
+    }
+}
+
+/// Keeps one connection listening on [`SETTLEMENT_CHANNEL`] and wakes the
+/// watches of the runs it names, until `stop` or the wakers are dropped.
+/// `ready` is `true` while it listens; every reconnection wakes all
+/// watches, since notifications sent meanwhile were lost.
+async fn listen(
+    config: tokio_postgres::Config,
+    wakers: std::sync::Weak<SettlementWakers>,
+    ready: tokio::sync::watch::Sender<bool>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        let listened = async {
+            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            // The connection is driven here, and wakes the watches of the
+            // runs its notifications name.
+            let notified = wakers.clone();
+            let driver = tokio::spawn(async move {
+                while let Some(message) =
+                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                {
+                    if let tokio_postgres::AsyncMessage::Notification(n) = message? {
+                        match notified.upgrade() {
+                            Some(wakers) => wakers.wake(n.payload()),
+                            None => break,
+                        }
+                    }
+                }
+                Ok::<_, tokio_postgres::Error>(())
+            });
+            client
+                .batch_execute(&format!("LISTEN {SETTLEMENT_CHANNEL}"))
+                .await?;
+            if let Some(wakers) = wakers.upgrade() {
+                wakers.wake_all();
+            }
+            ready.send_replace(true);
+            // The client lives as long as the connection.
+            let ended = driver.await;
+            drop(client);
+            ended??;
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            ended = listened => {
+                ready.send_replace(false);
+                if wakers.strong_count() == 0 {
+                    return;
+                }
+                if let Err(e) = ended {
+                    tracing::warn!(error = %e, "the state store's LISTEN connection ended; reconnecting");
+                }
+            }
+        }
+        if let Some(wakers) = wakers.upgrade() {
+            wakers.wake_all();
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(LISTEN_RECONNECT_DELAY) => {}
+        }
+    }
+}
+
 impl StateStore for PostgresStateStore {
     fn is_shared(&self) -> bool {
         true
@@ -319,9 +608,10 @@ impl RunStore for PostgresStateStore {
                     .await?;
                 }
             }
+            let awaiting: Vec<i64> = run.awaiting.iter().map(|&id| to_i64(id)).collect();
             tx.execute(
-                "DELETE FROM settlements WHERE run_id = $1 AND generation < $2",
-                &[&run.run_id, &to_i64(run.generation)],
+                "DELETE FROM settlements WHERE run_id = $1 AND NOT (request_id = ANY($2))",
+                &[&run.run_id, &awaiting],
             )
             .await?;
             tx.commit().await?;
@@ -380,9 +670,8 @@ impl RunStore for PostgresStateStore {
             let (snapshot, lease): (Vec<u8>, i64) = (claimed.get(0), claimed.get(1));
             let settlements = tx
                 .query(
-                    "SELECT settlement FROM settlements WHERE run_id = $1 AND generation = $2
-                     ORDER BY seq",
-                    &[&run_id, &generation],
+                    "SELECT settlement FROM settlements WHERE run_id = $1 ORDER BY seq",
+                    &[&run_id],
                 )
                 .await?
                 .iter()
@@ -464,25 +753,34 @@ impl RunStore for PostgresStateStore {
     async fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> StoreResult<()> {
-        self.execute(
-            "INSERT INTO settlements (run_id, generation, request_id, settlement)
-             SELECT $1, $2, $3, $4 WHERE EXISTS
-               (SELECT 1 FROM runs WHERE run_id = $1 AND generation = $2)
-             ON CONFLICT (run_id, generation, request_id) DO UPDATE
-               SET settlement = EXCLUDED.settlement, seq = EXCLUDED.seq",
-            &[
-                &run_id,
-                &to_i64(generation),
-                &to_i64(request_id),
-                &settlement,
-            ],
-        )
-        .await?;
-        Ok(())
+    ) -> StoreResult<bool> {
+        // One statement: the insert, the notification when it recorded
+        // one (sent at commit), and whether the run is still held.
+        let work = async {
+            let row = self
+                .client()
+                .await?
+                .query_one(
+                    "WITH recorded AS (
+                       INSERT INTO settlements (run_id, request_id, settlement)
+                       SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = $1)
+                       ON CONFLICT (run_id, request_id) DO NOTHING
+                       RETURNING run_id)
+                     SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = $1),
+                            (SELECT COUNT(pg_notify($4, run_id)) FROM recorded)",
+                    &[
+                        &run_id,
+                        &to_i64(request_id),
+                        &settlement,
+                        &SETTLEMENT_CHANNEL,
+                    ],
+                )
+                .await?;
+            anyhow::Ok(row.get::<_, bool>(0))
+        };
+        Ok(work.await?)
     }
 
     async fn count_runs(&self) -> StoreResult<usize> {

@@ -18,6 +18,10 @@ pub struct SqliteStateStore {
     db: Arc<Db>,
     /// Backed by a file (not an in-memory database).
     shared: bool,
+    /// This store's host id ([`super::HostStore::announce_host`]).
+    host_id: String,
+    /// Watches of runs' settlements, woken by this process's records.
+    wakers: Arc<super::SettlementWakers>,
 }
 
 /// The connection and the blocking operations over it.
@@ -70,11 +74,25 @@ CREATE INDEX IF NOT EXISTS usage_by_session ON usage (session, at_ms);
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (at_ms);
 CREATE TABLE IF NOT EXISTS settlements (
     run_id TEXT NOT NULL,
-    generation INTEGER NOT NULL,
     request_id INTEGER NOT NULL,
     settlement TEXT NOT NULL,
-    PRIMARY KEY (run_id, generation, request_id)
+    PRIMARY KEY (run_id, request_id)
 );
+";
+
+/// Stores made before settlements outlived their generation keyed them by
+/// it: keep the first settlement recorded for each request.
+const SETTLEMENTS_BY_REQUEST: &str = "
+ALTER TABLE settlements RENAME TO settlements_by_generation;
+CREATE TABLE settlements (
+    run_id TEXT NOT NULL,
+    request_id INTEGER NOT NULL,
+    settlement TEXT NOT NULL,
+    PRIMARY KEY (run_id, request_id)
+);
+INSERT OR IGNORE INTO settlements (run_id, request_id, settlement)
+    SELECT run_id, request_id, settlement FROM settlements_by_generation ORDER BY rowid;
+DROP TABLE settlements_by_generation;
 ";
 
 impl SqliteStateStore {
@@ -120,24 +138,35 @@ impl SqliteStateStore {
             }
             None => Connection::open_in_memory()?,
         };
-        conn.execute_batch(SCHEMA)?;
+        let mut conn = conn;
+        // One writer upgrades a store several processes open at once.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(SCHEMA)?;
+        let has_column = |table: &str, column: &str| -> rusqlite::Result<bool> {
+            tx.query_row(
+                "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+                params![table, column],
+                |r| r.get(0),
+            )
+        };
         // Stores made before leases: add their columns.
-        let has_lease: bool = conn.query_row(
-            "SELECT COUNT(*) > 0 FROM pragma_table_info('runs') WHERE name = 'lease'",
-            [],
-            |r| r.get(0),
-        )?;
-        if !has_lease {
-            conn.execute_batch(
+        if !has_column("runs", "lease")? {
+            tx.execute_batch(
                 "ALTER TABLE runs ADD COLUMN lease INTEGER NOT NULL DEFAULT 0;
                  ALTER TABLE runs ADD COLUMN regrant INTEGER NOT NULL DEFAULT 0;",
             )?;
         }
+        if has_column("settlements", "generation")? {
+            tx.execute_batch(SETTLEMENTS_BY_REQUEST)?;
+        }
+        tx.commit()?;
         Ok(Self {
             db: Arc::new(Db {
                 conn: Mutex::new(conn),
             }),
             shared: dir.is_some(),
+            host_id: format!("h_{}", uuid::Uuid::new_v4().simple()),
+            wakers: Arc::default(),
         })
     }
 
@@ -210,9 +239,12 @@ impl Db {
                 )?;
             }
         }
+        // The ids awaited, as a JSON array (`json_each` reads it).
+        let awaiting = serde_json::to_string(&run.awaiting)?;
         tx.execute(
-            "DELETE FROM settlements WHERE run_id = ?1 AND generation < ?2",
-            params![run.run_id, to_i64(run.generation)],
+            "DELETE FROM settlements WHERE run_id = ?1
+               AND request_id NOT IN (SELECT value FROM json_each(?2))",
+            params![run.run_id, awaiting],
         )?;
         tx.commit()?;
         Ok(())
@@ -279,11 +311,9 @@ impl Db {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let settlements = {
-            let mut stmt = tx.prepare(
-                "SELECT settlement FROM settlements WHERE run_id = ?1 AND generation = ?2
-                 ORDER BY rowid",
-            )?;
-            let rows = stmt.query_map(params![run_id, generation], |r| r.get(0))?;
+            let mut stmt =
+                tx.prepare("SELECT settlement FROM settlements WHERE run_id = ?1 ORDER BY rowid")?;
+            let rows = stmt.query_map(params![run_id], |r| r.get(0))?;
             rows.collect::<Result<Vec<String>, _>>()?
         };
         tx.commit()?;
@@ -340,20 +370,41 @@ impl Db {
         Ok(ids)
     }
 
+    /// Whether the run is held, and whether this call recorded the
+    /// settlement (none was recorded for the request before).
     fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> anyhow::Result<()> {
-        self.conn().execute(
-            "INSERT OR REPLACE INTO settlements (run_id, generation, request_id, settlement)
-             SELECT ?1, ?2, ?3, ?4 WHERE EXISTS
-               (SELECT 1 FROM runs WHERE run_id = ?1 AND generation = ?2)",
-            params![run_id, to_i64(generation), to_i64(request_id), settlement],
-        )?;
-        Ok(())
+    ) -> anyhow::Result<(bool, bool)> {
+        let conn = self.conn();
+        let recorded = conn.execute(
+            "INSERT OR IGNORE INTO settlements (run_id, request_id, settlement)
+             SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?1)",
+            params![run_id, to_i64(request_id), settlement],
+        )? > 0;
+        let held = recorded
+            || conn
+                .query_row(
+                    "SELECT 1 FROM runs WHERE run_id = ?1",
+                    params![run_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+        Ok((held, recorded))
+    }
+
+    fn recorded_settlement(&self, run_id: &str, request_id: u64) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT settlement FROM settlements WHERE run_id = ?1 AND request_id = ?2",
+                params![run_id, to_i64(request_id)],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     fn count_runs(&self) -> anyhow::Result<usize> {
@@ -619,6 +670,36 @@ fn delete_runs(tx: &rusqlite::Transaction<'_>, ids: &[String]) -> anyhow::Result
     Ok(())
 }
 
+/// A SQLite file is shared by the processes of one machine, which have no
+/// way to wake each other: each store is a host of its own, alive for
+/// itself only. A run this host drains is waited on here (a `wait` that
+/// resumes a later generation of it while its drainer still runs); one
+/// another process drains is treated as that process having ended.
+#[async_trait]
+impl super::HostStore for SqliteStateStore {
+    async fn announce_host(&self) -> StoreResult<Option<String>> {
+        Ok(self.shared.then(|| self.host_id.clone()))
+    }
+
+    async fn host_alive(&self, host: &str) -> StoreResult<bool> {
+        Ok(self.shared && host == self.host_id)
+    }
+
+    async fn watch_settlements(&self, run_id: &str) -> StoreResult<super::SettlementWatch> {
+        Ok(self.wakers.watch(run_id))
+    }
+
+    async fn recorded_settlement(
+        &self,
+        run_id: &str,
+        request_id: u64,
+    ) -> StoreResult<Option<String>> {
+        let run_id = run_id.to_owned();
+        self.blocking(move |db| db.recorded_settlement(&run_id, request_id))
+            .await
+    }
+}
+
 impl StateStore for SqliteStateStore {
     fn is_shared(&self) -> bool {
         self.shared
@@ -667,13 +748,17 @@ impl RunStore for SqliteStateStore {
     async fn record_settlement(
         &self,
         run_id: &str,
-        generation: u64,
         request_id: u64,
         settlement: &str,
-    ) -> StoreResult<()> {
-        let (run_id, settlement) = (run_id.to_owned(), settlement.to_owned());
-        self.blocking(move |db| db.record_settlement(&run_id, generation, request_id, &settlement))
-            .await
+    ) -> StoreResult<bool> {
+        let (id, settlement) = (run_id.to_owned(), settlement.to_owned());
+        let (held, recorded) = self
+            .blocking(move |db| db.record_settlement(&id, request_id, &settlement))
+            .await?;
+        if recorded {
+            self.wakers.wake(run_id);
+        }
+        Ok(held)
     }
 
     async fn count_runs(&self) -> StoreResult<usize> {

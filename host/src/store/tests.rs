@@ -19,6 +19,7 @@ fn parked(id: &str, expires: u64) -> ParkedRun {
         snapshot: vec![1, 2, 3],
         lease: None,
         regrant: false,
+        awaiting: vec![1, 4, 5],
     }
 }
 
@@ -60,14 +61,15 @@ async fn claim_order(store: &dyn StateStore) {
         claim(&owner("a", "t"), 1).await.unwrap_err(),
         ClaimRefused::OtherSession
     );
-    store
-        .record_settlement("r1", 1, 4, "{\"id\":4}")
+    assert!(store
+        .record_settlement("r1", 4, "{\"id\":4}")
         .await
-        .unwrap();
-    store
-        .record_settlement("r1", 7, 5, "{\"id\":5}")
+        .unwrap());
+    // Not recorded for a run the store does not hold.
+    assert!(!store
+        .record_settlement("r9", 5, "{\"id\":5}")
         .await
-        .unwrap();
+        .unwrap());
     let got = claim(&owner("a", "s"), 1).await.unwrap();
     assert_eq!(got.snapshot, vec![1, 2, 3]);
     assert_eq!(got.settlements, vec!["{\"id\":4}".to_string()]);
@@ -152,7 +154,7 @@ async fn closing_a_session_removes_its_runs_values_and_results_only() {
         store.park(parked("r1", 10_000)).await.unwrap();
         store.park(other).await.unwrap();
         store
-            .record_settlement("r1", 1, 1, "{\"id\":1}")
+            .record_settlement("r1", 1, "{\"id\":1}")
             .await
             .unwrap();
         // A run being resumed goes too.
@@ -374,4 +376,135 @@ async fn leases(store: &dyn StateStore) {
             .unwrap_err(),
         ClaimRefused::Unavailable
     );
+}
+
+#[tokio::test]
+async fn settlements_outlive_generations_while_awaited() {
+    for store in stores().await {
+        settlements_by_request(&*store).await;
+    }
+}
+
+async fn settlements_by_request(store: &dyn StateStore) {
+    let mut run = parked("r1", 10_000);
+    run.awaiting = vec![1, 2, 3];
+    store.park(run).await.unwrap();
+    let settlement = |id: u64, v: &str| format!("{{\"id\":{id},\"v\":\"{v}\"}}");
+    assert!(store
+        .record_settlement("r1", 1, &settlement(1, "a"))
+        .await
+        .unwrap());
+    // The first settlement recorded for a request is the one kept.
+    assert!(store
+        .record_settlement("r1", 1, &settlement(1, "b"))
+        .await
+        .unwrap());
+    let first = store
+        .claim("r1", &owner("a", "s"), 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.settlements, vec![settlement(1, "a")]);
+    // Recorded while a `wait` resumes the run.
+    let mut watch = store.watch_settlements("r1").await.unwrap();
+    let mut unrelated = store.watch_settlements("r2").await.unwrap();
+    assert!(store
+        .record_settlement("r1", 2, &settlement(2, "a"))
+        .await
+        .unwrap());
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(5), watch.changed())
+            .await
+            .is_ok(),
+        "a recorded settlement wakes its run's watch"
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(200), unrelated.changed())
+            .await
+            .is_err(),
+        "and no other run's"
+    );
+    assert_eq!(
+        store.recorded_settlement("r1", 2).await.unwrap(),
+        Some(settlement(2, "a"))
+    );
+    assert_eq!(store.recorded_settlement("r1", 9).await.unwrap(), None);
+    // Parked again, awaiting 2 and 3: 1 was delivered and is forgotten.
+    let mut again = parked("r1", 10_000);
+    again.generation = 2;
+    again.lease = Some(first.lease);
+    again.awaiting = vec![2, 3];
+    store.park(again).await.unwrap();
+    assert_eq!(store.recorded_settlement("r1", 1).await.unwrap(), None);
+    // The drainer of generation 1 still records what generation 2 awaits.
+    assert!(store
+        .record_settlement("r1", 3, &settlement(3, "a"))
+        .await
+        .unwrap());
+    let second = store
+        .claim("r1", &owner("a", "s"), 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.generation, 2);
+    assert_eq!(
+        second.settlements,
+        vec![settlement(2, "a"), settlement(3, "a")]
+    );
+    // Once the run is finished, its drainers are told it is gone.
+    assert!(store.release("r1", second.lease).await.unwrap());
+    assert!(!store
+        .record_settlement("r1", 4, &settlement(4, "a"))
+        .await
+        .unwrap());
+    assert_eq!(store.recorded_settlement("r1", 2).await.unwrap(), None);
+}
+
+/// Two stores over one database are two hosts: each sees the other alive
+/// while it is open, and is woken by the other's settlements.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn postgres_hosts_see_each_other_and_wake_each_other() {
+    let url = crate::testing::postgres_database();
+    let a = PostgresStateStore::connect(&url).await.unwrap();
+    let b = PostgresStateStore::connect(&url).await.unwrap();
+    let host_a = a.announce_host().await.unwrap().unwrap();
+    assert_eq!(a.announce_host().await.unwrap().as_deref(), Some(&*host_a));
+    assert!(b.host_alive(&host_a).await.unwrap());
+    assert!(!b.host_alive("h_never_announced").await.unwrap());
+    b.park(parked("r1", u64::MAX / 2)).await.unwrap();
+    let mut watch = b.watch_settlements("r1").await.unwrap();
+    assert!(a.record_settlement("r1", 4, "{\"id\":4}").await.unwrap());
+    tokio::time::timeout(std::time::Duration::from_secs(10), watch.changed())
+        .await
+        .expect("B is woken by A's settlement");
+    // A closed store withdraws its host; one that died lapses after the
+    // TTL. Either way B stops taking it for alive.
+    drop(a);
+    let until = std::time::Instant::now() + HOST_LIVENESS_TTL + std::time::Duration::from_secs(5);
+    while b.host_alive(&host_a).await.unwrap() {
+        assert!(std::time::Instant::now() < until, "host A still alive");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_sqlite_host_is_alive_for_itself_only() {
+    let dir = std::env::temp_dir().join(format!("quickcell-hosts-{}", uuid::Uuid::new_v4()));
+    let a = SqliteStateStore::open(Some(&dir)).unwrap();
+    let b = SqliteStateStore::open(Some(&dir)).unwrap();
+    let host_a = a.announce_host().await.unwrap().unwrap();
+    assert!(a.host_alive(&host_a).await.unwrap());
+    // Processes sharing one file cannot wake each other: B waits on no
+    // call A drains.
+    assert!(!b.host_alive(&host_a).await.unwrap());
+    // A store in memory is one process's: it has no host to name.
+    let private = SqliteStateStore::open(None).unwrap();
+    assert_eq!(private.announce_host().await.unwrap(), None);
+    assert_eq!(
+        MemoryStateStore::default().announce_host().await.unwrap(),
+        None
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }
