@@ -559,7 +559,11 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
         );
         assert_eq!(status, 0, "replay_safe {replay_safe}: {resumed}");
         assert_eq!(resumed["value"], 1, "the call ran once, on A: {resumed}");
-        assert_eq!(parking.wait().unwrap().code(), Some(3), "A exits as its exec did, waiting");
+        assert_eq!(
+            parking.wait().unwrap().code(),
+            Some(3),
+            "A exits as its exec did, waiting"
+        );
         assert_eq!(runs(&counter), 1);
         // B's usage record counts no tool call of its own.
         let (_, usage) = host_with_key(&b, &url, &key, &["usage", "--json", "--records", "100"]);

@@ -1101,3 +1101,58 @@ impl UsageStore for PostgresStateStore {
         Ok(work.await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database at version 2 keyed settlements by generation: version 3
+    /// keeps the first recorded for each request, and the store goes on.
+    #[tokio::test]
+    async fn version_2_settlements_are_kept_by_request() {
+        let url = crate::testing::postgres_database();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(
+                "CREATE TABLE quickcell_migrations (
+                    version INTEGER PRIMARY KEY,
+                    applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )
+            .await
+            .unwrap();
+        for (index, migration) in MIGRATIONS[..2].iter().enumerate() {
+            client.batch_execute(migration).await.unwrap();
+            client
+                .execute(
+                    "INSERT INTO quickcell_migrations (version) VALUES ($1)",
+                    &[&(index as i32 + 1)],
+                )
+                .await
+                .unwrap();
+        }
+        client
+            .batch_execute(
+                "INSERT INTO runs (run_id, agent_run, session, state, generation, expires_at_ms, snapshot)
+                   VALUES ('r1', 'a', 's', 'parked', 2, 9000000000000, '\\x01');
+                 INSERT INTO settlements (run_id, generation, request_id, settlement) VALUES
+                   ('r1', 1, 7, 'first'), ('r1', 2, 7, 'second'), ('r1', 2, 8, 'other');",
+            )
+            .await
+            .unwrap();
+        let store = PostgresStateStore::connect(&url).await.unwrap();
+        let version: i32 = client
+            .query_one("SELECT MAX(version) FROM quickcell_migrations", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, MIGRATIONS.len() as i32);
+        let recorded = |id| store.recorded_settlement("r1", id);
+        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+        assert_eq!(recorded(8).await.unwrap().as_deref(), Some("other"));
+        assert!(store.record_settlement("r1", 7, "third").await.unwrap());
+        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+    }
+}

@@ -849,3 +849,46 @@ impl ResultStore for SqliteStateStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::HostStore as _;
+
+    /// A store file from before settlements outlived their generation is
+    /// upgraded when opened: the first settlement of each request is kept.
+    #[tokio::test]
+    async fn a_store_keyed_by_generation_is_upgraded() {
+        let dir = std::env::temp_dir().join(format!("quickcell-upgrade-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let old = Connection::open(dir.join(STATE_FILE)).unwrap();
+        old.execute_batch(
+            "CREATE TABLE runs (
+                run_id TEXT PRIMARY KEY, agent_run TEXT NOT NULL, session TEXT NOT NULL,
+                state TEXT NOT NULL, generation INTEGER NOT NULL,
+                expires_at_ms INTEGER NOT NULL, claimed_until_ms INTEGER, snapshot BLOB NOT NULL);
+             CREATE TABLE settlements (
+                run_id TEXT NOT NULL, generation INTEGER NOT NULL, request_id INTEGER NOT NULL,
+                settlement TEXT NOT NULL, PRIMARY KEY (run_id, generation, request_id));
+             INSERT INTO runs VALUES ('r1', 'a', 's', 'parked', 2, 9000000000000, NULL, x'01');
+             INSERT INTO settlements VALUES
+                ('r1', 1, 7, 'first'), ('r1', 2, 7, 'second'), ('r1', 2, 8, 'other');",
+        )
+        .unwrap();
+        drop(old);
+        let store = SqliteStateStore::open(Some(&dir)).unwrap();
+        let recorded = |id| store.recorded_settlement("r1", id);
+        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+        assert_eq!(recorded(8).await.unwrap().as_deref(), Some("other"));
+        assert!(store.record_settlement("r1", 7, "third").await.unwrap());
+        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+        // Opened again: nothing left to upgrade.
+        drop(store);
+        let again = SqliteStateStore::open(Some(&dir)).unwrap();
+        assert_eq!(
+            again.recorded_settlement("r1", 8).await.unwrap().as_deref(),
+            Some("other")
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
