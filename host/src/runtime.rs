@@ -241,7 +241,11 @@ impl RuntimeBuilder {
             }
             (None, None) => Arc::new(MemoryStateStore::default()),
         };
-        let runs = Arc::new(RunRegistry::new(store.clone(), self.host_limits));
+        let runs = Arc::new(RunRegistry::new(
+            store.clone(),
+            self.host_limits,
+            state_key.clone(),
+        ));
         let (mcp, connected) = McpClients::start(std::mem::take(&mut self.mcp_servers)).await;
         for server in connected {
             for tool in server.tools {

@@ -6,6 +6,10 @@
 //! another run's row — fails that run alone with `internal_error` and is
 //! never decoded; a database reader learns nothing of the parked heap.
 //!
+//! The settlements a host records for a parked run (its tool calls'
+//! results) are sealed the same way, bound to the run and the request, and
+//! stored as base64 text; one that does not open is not delivered.
+//!
 //! The key comes from `--state-key-file` / [`crate::RuntimeBuilder::state_key`]
 //! (required with PostgreSQL, whose snapshots leave the machine); a SQLite
 //! state directory without one gets a generated key, stored 0600 as
@@ -29,8 +33,12 @@ const NONCE_BYTES: usize = 24;
 /// Bytes of the authentication tag behind it.
 const TAG_BYTES: usize = 16;
 
-/// What the associated data starts with: a domain and format version.
+/// What a snapshot's associated data starts with: a domain and format
+/// version.
 const DOMAIN: &[u8] = b"quickcell snapshot v1\0";
+
+/// What a recorded settlement's associated data starts with.
+const SETTLEMENT_DOMAIN: &[u8] = b"quickcell settlement v1\0";
 
 /// A runtime's key for snapshots: the encryption key derived from the
 /// state key's bytes (HMAC-SHA256 of a fixed label).
@@ -165,19 +173,8 @@ impl StateKey {
         generation: u64,
         snapshot: Vec<u8>,
     ) -> Result<Vec<u8>, String> {
-        let mut nonce = [0u8; NONCE_BYTES];
-        getrandom::fill(&mut nonce)
-            .map_err(|e| format!("no random nonce to encrypt the snapshot: {e}"))?;
-        let mut sealed = Vec::with_capacity(NONCE_BYTES + snapshot.len() + TAG_BYTES);
-        sealed.extend_from_slice(&nonce);
-        sealed.extend_from_slice(&snapshot);
-        drop(snapshot);
-        let aad = Self::associated_data(run_id, owner, generation);
-        let tag = XChaCha20Poly1305::new((&*self.0).into())
-            .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, &mut sealed[NONCE_BYTES..])
-            .expect("a snapshot is far below the cipher's length limit");
-        sealed.extend_from_slice(&tag);
-        Ok(sealed)
+        self.seal_bytes(&Self::associated_data(run_id, owner, generation), snapshot)
+            .map_err(|e| format!("no random nonce to encrypt the snapshot: {e}"))
     }
 
     /// The snapshot inside `sealed` when it opens (decrypts and
@@ -187,24 +184,98 @@ impl StateKey {
         run_id: &str,
         owner: &crate::store::Owner,
         generation: u64,
-        mut sealed: Vec<u8>,
+        sealed: Vec<u8>,
     ) -> Result<Vec<u8>, String> {
+        self.open_bytes(&Self::associated_data(run_id, owner, generation), sealed)
+            .map_err(|e| match e {
+                Unsealed::Short => "it carries no authentication tag".to_string(),
+                Unsealed::Tag => "its authentication tag does not verify (another state key, or it was altered or moved to another run)".to_string(),
+            })
+    }
+
+    /// What a recorded settlement is bound to: its run and request.
+    fn settlement_data(run_id: &str, request_id: u64) -> Vec<u8> {
+        let mut aad = SETTLEMENT_DOMAIN.to_vec();
+        aad.extend_from_slice(&(run_id.len() as u64).to_le_bytes());
+        aad.extend_from_slice(run_id.as_bytes());
+        aad.extend_from_slice(&request_id.to_le_bytes());
+        aad
+    }
+
+    /// A settlement's JSON sealed for request `request_id` of `run_id`, as
+    /// the base64 text the store keeps.
+    pub(crate) fn seal_settlement(
+        &self,
+        run_id: &str,
+        request_id: u64,
+        json: &str,
+    ) -> Result<String, String> {
+        use base64::Engine as _;
+        let sealed = self
+            .seal_bytes(
+                &Self::settlement_data(run_id, request_id),
+                json.as_bytes().to_vec(),
+            )
+            .map_err(|e| format!("no random nonce to encrypt a settlement: {e}"))?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(sealed))
+    }
+
+    /// The settlement JSON inside `stored` when it opens for request
+    /// `request_id` of `run_id`.
+    pub(crate) fn open_settlement(
+        &self,
+        run_id: &str,
+        request_id: u64,
+        stored: &str,
+    ) -> Result<String, String> {
+        use base64::Engine as _;
+        let sealed = base64::engine::general_purpose::STANDARD
+            .decode(stored)
+            .map_err(|_| "a recorded settlement is not sealed".to_string())?;
+        let json = self
+            .open_bytes(&Self::settlement_data(run_id, request_id), sealed)
+            .map_err(|_| "a recorded settlement does not open (another state key, or it was altered or moved)".to_string())?;
+        String::from_utf8(json).map_err(|_| "a recorded settlement is not text".to_string())
+    }
+
+    /// `plain` encrypted and bound to `aad`: nonce, ciphertext, tag.
+    fn seal_bytes(&self, aad: &[u8], plain: Vec<u8>) -> Result<Vec<u8>, getrandom::Error> {
+        let mut nonce = [0u8; NONCE_BYTES];
+        getrandom::fill(&mut nonce)?;
+        let mut sealed = Vec::with_capacity(NONCE_BYTES + plain.len() + TAG_BYTES);
+        sealed.extend_from_slice(&nonce);
+        sealed.extend_from_slice(&plain);
+        drop(plain);
+        let tag = XChaCha20Poly1305::new((&*self.0).into())
+            .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, &mut sealed[NONCE_BYTES..])
+            .expect("what is sealed is far below the cipher's length limit");
+        sealed.extend_from_slice(&tag);
+        Ok(sealed)
+    }
+
+    /// What `sealed` holds when it opens for `aad`.
+    fn open_bytes(&self, aad: &[u8], mut sealed: Vec<u8>) -> Result<Vec<u8>, Unsealed> {
         if sealed.len() < NONCE_BYTES + TAG_BYTES {
-            return Err("it carries no authentication tag".into());
+            return Err(Unsealed::Short);
         }
         let tag_at = sealed.len() - TAG_BYTES;
         let tag = chacha20poly1305::Tag::clone_from_slice(&sealed[tag_at..]);
         let nonce = XNonce::clone_from_slice(&sealed[..NONCE_BYTES]);
-        let aad = Self::associated_data(run_id, owner, generation);
         XChaCha20Poly1305::new((&*self.0).into())
-            .decrypt_in_place_detached(&nonce, &aad, &mut sealed[NONCE_BYTES..tag_at], &tag)
-            .map_err(|_| {
-                "its authentication tag does not verify (another state key, or it was altered or moved to another run)".to_string()
-            })?;
+            .decrypt_in_place_detached(&nonce, aad, &mut sealed[NONCE_BYTES..tag_at], &tag)
+            .map_err(|_| Unsealed::Tag)?;
         sealed.truncate(tag_at);
         sealed.drain(..NONCE_BYTES);
         Ok(sealed)
     }
+}
+
+/// Why sealed bytes do not open.
+enum Unsealed {
+    /// Too short to hold a nonce and a tag.
+    Short,
+    /// The tag does not verify.
+    Tag,
 }
 
 #[cfg(test)]
@@ -217,6 +288,21 @@ mod tests {
             agent_run: "a".into(),
             session: s.into(),
         }
+    }
+
+    #[test]
+    fn a_sealed_settlement_opens_for_its_run_and_request_only() {
+        let key = StateKey::new(&[7; 32]).unwrap();
+        let json = r#"{"id":4,"ok":true,"value":"a tenant's secret"}"#;
+        let stored = key.seal_settlement("r1", 4, json).unwrap();
+        assert!(!stored.contains("secret"));
+        assert_eq!(key.open_settlement("r1", 4, &stored).unwrap(), json);
+        assert!(key.open_settlement("r1", 5, &stored).is_err());
+        assert!(key.open_settlement("r2", 4, &stored).is_err());
+        let other = StateKey::new(&[8; 32]).unwrap();
+        assert!(other.open_settlement("r1", 4, &stored).is_err());
+        assert!(key.open_settlement("r1", 4, json).is_err(), "plain text");
+        assert!(key.open_settlement("r1", 4, "AAAA").is_err(), "too short");
     }
 
     #[test]

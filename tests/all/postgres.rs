@@ -468,7 +468,7 @@ fn a_run_whose_host_died_mid_wait_resumes_elsewhere_after_the_lease() {
 
 /// A directory for a host whose cells run `timeout_ms` before they park,
 /// with the command tool `count_nap` (counts its runs in `counter`, naps
-/// `nap_s` seconds, returns the count).
+/// `nap_s` seconds, returns `{runs, input}`).
 fn counting_host(
     timeout_ms: u64,
     counter: &std::path::Path,
@@ -558,7 +558,10 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
             &["wait", run_id, "--config", "quickcell.toml"],
         );
         assert_eq!(status, 0, "replay_safe {replay_safe}: {resumed}");
-        assert_eq!(resumed["value"], 1, "the call ran once, on A: {resumed}");
+        assert_eq!(
+            resumed["value"]["runs"], 1,
+            "the call ran once, on A: {resumed}"
+        );
         assert_eq!(
             parking.wait().unwrap().code(),
             Some(3),
@@ -597,7 +600,7 @@ fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
             &[
                 "exec",
                 "--code",
-                "try { return await count_nap({}); } catch (e) { return String(e.message); }",
+                "try { return (await count_nap({})).runs; } catch (e) { return String(e.message); }",
             ],
         );
         let parked = first_line(&mut parking);
@@ -620,4 +623,72 @@ fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
         }
         let _ = std::fs::remove_file(&counter);
     }
+}
+
+/// The settlements a host records for a parked run are sealed with the
+/// state key: the database holds no tool result in the clear, and one
+/// altered there is refused (the cell gets an error, not the altered value).
+#[test]
+fn recorded_settlements_are_sealed() {
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("sealed");
+    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    let a = counting_host(300, &counter, 1, false);
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .args([url.as_str(), "-qAtc", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let code = "try { return await count_nap({secret: 'tenant-secret-42'}); } catch (e) { return e.message; }";
+    let mut parked_ids = Vec::new();
+    for _ in 0..2 {
+        // The exec process parks the run, then records the settlement
+        // before it exits.
+        let (status, parked) = host_with_key(
+            &a,
+            &url,
+            &key,
+            &["exec", "--code", code, "--config", "quickcell.toml"],
+        );
+        assert_eq!(status, 3, "{parked}");
+        parked_ids.push(parked["runId"].as_str().unwrap().to_string());
+    }
+    let stored = psql("SELECT string_agg(settlement, ' ') FROM settlements");
+    assert!(!stored.is_empty(), "both settlements are recorded");
+    // (`-` is not in base64's alphabet: no sealed text holds it.)
+    assert!(!stored.contains("tenant-secret-42"), "{stored}");
+    // Altered in the database: the second run's settlement is refused.
+    psql(&format!(
+        "UPDATE settlements SET settlement = overlay(settlement placing (CASE WHEN substr(settlement, 40, 1) = 'A' THEN 'B' ELSE 'A' END) from 40 for 1) WHERE run_id = '{}'",
+        parked_ids[1]
+    ));
+    let (status, intact) = host_with_key(
+        &a,
+        &url,
+        &key,
+        &["wait", &parked_ids[0], "--config", "quickcell.toml"],
+    );
+    assert_eq!(status, 0, "{intact}");
+    assert_eq!(
+        intact["value"]["input"]["secret"], "tenant-secret-42",
+        "{intact}"
+    );
+    let (status, altered) = host_with_key(
+        &a,
+        &url,
+        &key,
+        &["wait", &parked_ids[1], "--config", "quickcell.toml"],
+    );
+    assert_eq!(status, 0, "{altered}");
+    let message = altered["value"].as_str().unwrap_or_default();
+    assert!(message.contains("refused"), "{altered}");
+    assert_eq!(runs(&counter), 2, "neither call ran again");
+    let _ = std::fs::remove_file(&counter);
 }

@@ -60,8 +60,8 @@ mod timers;
 #[cfg(feature = "mcp-server")]
 pub(crate) use calls::{approval_denied, PERMISSION_CHANGED};
 pub(crate) use catalog::{CellTools, ToolsForCells};
-pub(crate) use remote::Drainers;
 use remote::Landed;
+pub(crate) use remote::{recorded, Drainers};
 pub(crate) use results::save_result;
 pub(crate) use settlement::Settlement;
 
@@ -458,6 +458,7 @@ impl Bridge {
         self.remote.insert(id, host.clone());
         self.in_flight.spawn(remote::await_settlement(
             drainers.store.clone(),
+            drainers.key.clone(),
             drainers.run_id.clone(),
             id,
             host,

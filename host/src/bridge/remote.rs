@@ -10,6 +10,7 @@
 //! lands [`Landed::Orphaned`] and the bridge applies the restart rule.
 
 use super::settlement::{err, Settlement};
+use crate::state_key::StateKey;
 use crate::store::{SettlementWatch, StateStore};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,21 +29,25 @@ pub(crate) enum Landed {
 }
 
 /// What a restore needs to await requests another host drains: the store,
-/// the run, and which of the hosts its snapshot names are alive.
+/// the run, which of the hosts its snapshot names are alive, and the key
+/// recorded settlements are sealed with.
 pub(crate) struct Drainers {
     pub store: Arc<dyn StateStore>,
     pub run_id: String,
     pub alive: HashSet<String>,
+    pub key: Option<StateKey>,
 }
 
 /// Waits for the settlement of request `id` of `run_id`, which `host`
 /// drains.
 pub(super) async fn await_settlement(
     store: Arc<dyn StateStore>,
+    key: Option<StateKey>,
     run_id: String,
     id: u64,
     host: String,
 ) -> Landed {
+    let recorded = |stored: &str| Landed::Settled(recorded(key.as_ref(), &run_id, id, stored));
     // Without a watch (the store cannot listen now) the store is read at
     // every liveness check instead.
     let (mut watch, watching) = match store.watch_settlements(&run_id).await {
@@ -56,7 +61,7 @@ pub(super) async fn await_settlement(
     loop {
         if read {
             match store.recorded_settlement(&run_id, id).await {
-                Ok(Some(json)) => return Landed::Settled(recorded(id, &json)),
+                Ok(Some(stored)) => return recorded(&stored),
                 Ok(None) => {}
                 Err(e) => tracing::warn!(run_id, error = %e, "cannot read a recorded settlement"),
             }
@@ -72,22 +77,37 @@ pub(super) async fn await_settlement(
         // cell's deadline bounds the wait.
         if let Ok(false) = store.host_alive(&host).await {
             // What it recorded before it ended still counts.
-            if let Ok(Some(json)) = store.recorded_settlement(&run_id, id).await {
-                return Landed::Settled(recorded(id, &json));
+            if let Ok(Some(stored)) = store.recorded_settlement(&run_id, id).await {
+                return recorded(&stored);
             }
             return Landed::Orphaned(id);
         }
     }
 }
 
-/// A recorded settlement of request `id`, or the error it settles with
-/// when the record is unreadable or names another request.
-fn recorded(id: u64, json: &str) -> Settlement {
-    match serde_json::from_str::<Settlement>(json) {
+/// The settlement recorded for request `id` of `run_id` (`stored`: sealed
+/// with `key`, or JSON without one), or the error it settles with when the
+/// record does not open, is unreadable or names another request.
+pub(crate) fn recorded(key: Option<&StateKey>, run_id: &str, id: u64, stored: &str) -> Settlement {
+    let json = match key {
+        Some(key) => match key.open_settlement(run_id, id, stored) {
+            Ok(json) => json,
+            Err(e) => {
+                tracing::warn!(run_id, request_id = id, error = %e, "a recorded settlement is refused");
+                return err(
+                    id,
+                    format!("the settlement recorded for this call is refused: {e}"),
+                    "tool_error",
+                );
+            }
+        },
+        None => stored.to_string(),
+    };
+    match serde_json::from_str::<Settlement>(&json) {
         Ok(settlement) if settlement.id == id => settlement,
         _ => err(
             id,
-            "the settlement another host recorded for this call is unreadable",
+            "the settlement recorded for this call is unreadable",
             "tool_error",
         ),
     }

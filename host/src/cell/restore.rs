@@ -145,7 +145,7 @@ pub(super) async fn restore(
             let recorded = claimed
                 .settlements
                 .iter()
-                .filter_map(|s| serde_json::from_str(s).ok())
+                .map(|(id, stored)| crate::bridge::recorded(env.state_key, run_id, *id, stored))
                 .collect();
             let drainers = drainers(env, run_id, &host.bridge).await;
             Bridge::restore(
@@ -250,5 +250,6 @@ async fn drainers(
         store: env.store.clone(),
         run_id: run_id.to_string(),
         alive,
+        key: env.state_key.cloned(),
     }
 }

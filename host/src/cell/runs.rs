@@ -35,6 +35,7 @@ use crate::clock::unix_ms;
 use crate::config::HostLimits;
 #[cfg(doc)]
 use crate::config::MAX_SUSPENDED_RUNS;
+use crate::state_key::StateKey;
 use crate::store::StateStore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,6 +81,8 @@ impl SlotRefused {
 /// Slots, live bridges and the state store of one runtime.
 pub(crate) struct RunRegistry {
     store: Arc<dyn StateStore>,
+    /// Seals the settlements drainers record.
+    state_key: Option<StateKey>,
     pub limits: HostLimits,
     /// By run id and generation.
     live: Mutex<HashMap<(String, u64), LiveRun>>,
@@ -181,9 +184,14 @@ fn release(counts: &Mutex<HashMap<String, usize>>, session: &str) {
 }
 
 impl RunRegistry {
-    pub(crate) fn new(store: Arc<dyn StateStore>, limits: HostLimits) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn StateStore>,
+        limits: HostLimits,
+        state_key: Option<StateKey>,
+    ) -> Self {
         Self {
             store,
+            state_key,
             limits,
             live: Mutex::new(HashMap::new()),
             running: AtomicUsize::new(0),
@@ -365,6 +373,7 @@ impl RunRegistry {
         let stop = CancellationToken::new();
         let stop_after_tool_calls = CancellationToken::new();
         let store = self.store.clone();
+        let state_key = self.state_key.clone();
         let id = run_id.to_string();
         let token = stop.clone();
         let after_tools = stop_after_tool_calls.clone();
@@ -388,7 +397,17 @@ impl RunRegistry {
                         let Some(settled) = settled else { return Some(bridge) };
                         for s in settled {
                             let json = serde_json::to_string(&s).unwrap_or_default();
-                            match store.record_settlement(&id, s.id, &json).await {
+                            let stored = match &state_key {
+                                Some(key) => match key.seal_settlement(&id, s.id, &json) {
+                                    Ok(sealed) => sealed,
+                                    Err(e) => {
+                                        tracing::warn!(run_id = %id, error = %e, "cannot record a settlement");
+                                        continue;
+                                    }
+                                },
+                                None => json,
+                            };
+                            match store.record_settlement(&id, s.id, &stored).await {
                                 Ok(true) => {}
                                 // The run is gone (finished or abandoned
                                 // elsewhere): dropping the bridge cancels

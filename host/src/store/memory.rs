@@ -142,7 +142,7 @@ impl RunStore for MemoryStateStore {
             lease: entry.lease,
             generation,
             snapshot: entry.run.snapshot.clone(),
-            settlements: entry.settlements.iter().map(|(_, s)| s.clone()).collect(),
+            settlements: entry.settlements.clone(),
         }))
     }
 

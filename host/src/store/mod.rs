@@ -115,10 +115,10 @@ pub struct Claimed {
     pub generation: u64,
     /// The checkpoint stored with it.
     pub snapshot: Vec<u8>,
-    /// Settlements recorded while the run was parked (by any host), in
-    /// the order they were recorded; the restore keeps those of requests
-    /// the snapshot still waits on.
-    pub settlements: Vec<String>,
+    /// Settlements recorded while the run was parked (by any host), by
+    /// request id, in the order they were recorded; the restore keeps
+    /// those of requests the snapshot still waits on.
+    pub settlements: Vec<(u64, String)>,
     /// The claim's fencing token: the run's claim counter, incremented by
     /// every claim. Writes that end the claim ([`RunStore::park`],
     /// [`RunStore::release`], [`RunStore::unclaim`]) carry it and fail, or

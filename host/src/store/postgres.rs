@@ -670,12 +670,12 @@ impl RunStore for PostgresStateStore {
             let (snapshot, lease): (Vec<u8>, i64) = (claimed.get(0), claimed.get(1));
             let settlements = tx
                 .query(
-                    "SELECT settlement FROM settlements WHERE run_id = $1 ORDER BY seq",
+                    "SELECT request_id, settlement FROM settlements WHERE run_id = $1 ORDER BY seq",
                     &[&run_id],
                 )
                 .await?
                 .iter()
-                .map(|r| r.get(0))
+                .map(|r| (to_u64(r.get(0)), r.get(1)))
                 .collect();
             tx.commit().await?;
             anyhow::Ok(Ok(Claimed {

@@ -311,10 +311,13 @@ impl Db {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?;
         let settlements = {
-            let mut stmt =
-                tx.prepare("SELECT settlement FROM settlements WHERE run_id = ?1 ORDER BY rowid")?;
-            let rows = stmt.query_map(params![run_id], |r| r.get(0))?;
-            rows.collect::<Result<Vec<String>, _>>()?
+            let mut stmt = tx.prepare(
+                "SELECT request_id, settlement FROM settlements WHERE run_id = ?1 ORDER BY rowid",
+            )?;
+            let rows = stmt.query_map(params![run_id], |r| {
+                Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+            })?;
+            rows.collect::<Result<Vec<(u64, String)>, _>>()?
         };
         tx.commit()?;
         Ok(Ok(Claimed {

@@ -72,7 +72,7 @@ async fn claim_order(store: &dyn StateStore) {
         .unwrap());
     let got = claim(&owner("a", "s"), 1).await.unwrap();
     assert_eq!(got.snapshot, vec![1, 2, 3]);
-    assert_eq!(got.settlements, vec!["{\"id\":4}".to_string()]);
+    assert_eq!(got.settlements, vec![(4, "{\"id\":4}".to_string())]);
     assert_eq!(
         claim(&owner("a", "s"), 1).await.unwrap_err(),
         ClaimRefused::Busy
@@ -404,7 +404,7 @@ async fn settlements_by_request(store: &dyn StateStore) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(first.settlements, vec![settlement(1, "a")]);
+    assert_eq!(first.settlements, vec![(1, settlement(1, "a"))]);
     // Recorded while a `wait` resumes the run.
     let mut watch = store.watch_settlements("r1").await.unwrap();
     let mut unrelated = store.watch_settlements("r2").await.unwrap();
@@ -449,7 +449,7 @@ async fn settlements_by_request(store: &dyn StateStore) {
     assert_eq!(second.generation, 2);
     assert_eq!(
         second.settlements,
-        vec![settlement(2, "a"), settlement(3, "a")]
+        vec![(2, settlement(2, "a")), (3, settlement(3, "a"))]
     );
     // Once the run is finished, its drainers are told it is gone.
     assert!(store.release("r1", second.lease).await.unwrap());
