@@ -61,8 +61,9 @@ pub use hosts::{HostStore, SettlementWakers, SettlementWatch};
 pub use memory::{MemoryStateStore, MAX_MEMORY_USAGE_RECORDS};
 #[cfg(feature = "postgres")]
 pub use postgres::{
-    PostgresStateStore, HOST_HEARTBEAT_INTERVAL, HOST_LIVENESS_TTL, MAX_POSTGRES_CONNECTIONS,
-    POSTGRES_CONNECT_TIMEOUT, POSTGRES_STATEMENT_TIMEOUT,
+    PostgresLimits, PostgresStateStore, DEFAULT_POSTGRES_CONNECTIONS, HOST_HEARTBEAT_INTERVAL,
+    HOST_LIVENESS_TTL, MAX_POSTGRES_CONNECTIONS, POSTGRES_CONNECT_TIMEOUT,
+    POSTGRES_STATEMENT_TIMEOUT,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStateStore, STATE_FILE};

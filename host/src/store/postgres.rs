@@ -30,9 +30,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::types::ToSql;
 
-/// Connections one store's pool keeps open at most (per process); a store
-/// that watches settlements holds one more, its `LISTEN` connection.
-pub const MAX_POSTGRES_CONNECTIONS: usize = 16;
+/// Connections one store's pool keeps open at most, by default (per
+/// process; [`PostgresLimits::with_max_connections`]); a store that
+/// watches settlements holds one more, its `LISTEN` connection.
+pub const DEFAULT_POSTGRES_CONNECTIONS: usize = 16;
+
+/// The most [`PostgresLimits::with_max_connections`] accepts.
+pub const MAX_POSTGRES_CONNECTIONS: usize = 256;
 
 /// How often a host that drains parked runs renews its announcement.
 pub const HOST_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
@@ -56,12 +60,68 @@ const MAX_CACHED_HOSTS: usize = 1024;
 const LISTEN_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// How long a call waits for a free connection, or for a new one to be
-/// established, before it fails.
+/// established, before it fails, by default
+/// ([`PostgresLimits::with_connect_timeout`]).
 pub const POSTGRES_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest a statement may run before the server cancels it
-/// (`statement_timeout` of every connection).
+/// (`statement_timeout` of every connection), by default
+/// ([`PostgresLimits::with_statement_timeout`]).
 pub const POSTGRES_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The bounds of one [`PostgresStateStore`] (per process). Each has a
+/// default that suits a host serving many tenants; none can be turned off.
+///
+/// | limit | unit | default |
+/// | --- | --- | --- |
+/// | connections in the pool | connections | [`DEFAULT_POSTGRES_CONNECTIONS`] (1 to [`MAX_POSTGRES_CONNECTIONS`]) |
+/// | waiting for a pooled connection, or connecting | time | [`POSTGRES_CONNECT_TIMEOUT`] |
+/// | one statement (`statement_timeout`) | time | [`POSTGRES_STATEMENT_TIMEOUT`] |
+///
+/// A call past either timeout fails with a state-store error; what the
+/// store held before is unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostgresLimits {
+    max_connections: usize,
+    connect_timeout: Duration,
+    statement_timeout: Duration,
+}
+
+impl Default for PostgresLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_POSTGRES_CONNECTIONS,
+            connect_timeout: POSTGRES_CONNECT_TIMEOUT,
+            statement_timeout: POSTGRES_STATEMENT_TIMEOUT,
+        }
+    }
+}
+
+impl PostgresLimits {
+    /// At most `n` pooled connections (clamped to 1 to
+    /// [`MAX_POSTGRES_CONNECTIONS`]).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.clamp(1, MAX_POSTGRES_CONNECTIONS);
+        self
+    }
+
+    /// Waiting for a connection at most `timeout` (at least 1 ms).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Statements cancelled after `timeout` (at least 1 ms).
+    pub fn with_statement_timeout(mut self, timeout: Duration) -> Self {
+        self.statement_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The pool's size.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections
+    }
+}
 
 /// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`. Applied
 /// ones are recorded in `quickcell_migrations`; a database with a version
@@ -149,6 +209,8 @@ pub struct PostgresStateStore {
 struct Hosts {
     /// The connection settings, for the `LISTEN` connection.
     config: tokio_postgres::Config,
+    /// How long a watch waits for the `LISTEN` connection.
+    connect_timeout: Duration,
     /// This store's host id, once announced.
     announced: tokio::sync::OnceCell<String>,
     /// `true` while the `LISTEN` connection listens; started at the first
@@ -197,20 +259,30 @@ fn redacted(url: &str) -> String {
 
 impl PostgresStateStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`,
-    /// or the key-value form) and applies the migrations it lacks.
+    /// or the key-value form) with the default [`PostgresLimits`] and
+    /// applies the migrations it lacks.
     ///
     /// # Errors
     ///
     /// When the URL is malformed, the database cannot be reached, or it
     /// holds a schema newer than this build knows.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        Self::connect_with(url, PostgresLimits::default()).await
+    }
+
+    /// [`PostgresStateStore::connect`] with other limits.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresStateStore::connect`].
+    pub async fn connect_with(url: &str, limits: PostgresLimits) -> anyhow::Result<Self> {
         let mut config: tokio_postgres::Config = url
             .parse()
             .with_context(|| format!("{} is not a PostgreSQL URL", redacted(url)))?;
-        config.connect_timeout(POSTGRES_CONNECT_TIMEOUT);
+        config.connect_timeout(limits.connect_timeout);
         config.options(format!(
             "-c statement_timeout={}",
-            POSTGRES_STATEMENT_TIMEOUT.as_millis()
+            limits.statement_timeout.as_millis()
         ));
         if config.get_application_name().is_none() {
             config.application_name("quickcell");
@@ -223,9 +295,9 @@ impl PostgresStateStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(MAX_POSTGRES_CONNECTIONS)
-            .wait_timeout(Some(POSTGRES_CONNECT_TIMEOUT))
-            .create_timeout(Some(POSTGRES_CONNECT_TIMEOUT))
+            .max_size(limits.max_connections)
+            .wait_timeout(Some(limits.connect_timeout))
+            .create_timeout(Some(limits.connect_timeout))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .context("cannot build the PostgreSQL connection pool")?;
@@ -233,6 +305,7 @@ impl PostgresStateStore {
             pool,
             hosts: Arc::new(Hosts {
                 config,
+                connect_timeout: limits.connect_timeout,
                 announced: Default::default(),
                 listening: Default::default(),
                 wakers: Default::default(),
@@ -414,7 +487,7 @@ impl HostStore for PostgresStateStore {
             .clone();
         // The watch counts from when the connection listens.
         let listens = tokio::time::timeout(
-            POSTGRES_CONNECT_TIMEOUT,
+            hosts.connect_timeout,
             listening.wait_for(|listens| *listens),
         )
         .await;
@@ -1105,6 +1178,130 @@ impl UsageStore for PostgresStateStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn raw_client(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    fn parked(id: &str) -> ParkedRun {
+        ParkedRun {
+            run_id: id.into(),
+            owner: owner(),
+            generation: 1,
+            expires_at_ms: u64::MAX / 4,
+            snapshot: vec![1],
+            lease: None,
+            regrant: false,
+            awaiting: Vec::new(),
+        }
+    }
+
+    fn owner() -> Owner {
+        Owner {
+            agent_run: "a".into(),
+            session: "s".into(),
+        }
+    }
+
+    /// A statement past the statement timeout (a claim of a row another
+    /// session holds) fails with the cause named; once the row is free
+    /// the same claim succeeds, the run unchanged.
+    #[tokio::test]
+    async fn a_statement_past_the_timeout_fails_and_loses_nothing() {
+        let url = crate::testing::postgres_database();
+        let limits = PostgresLimits::default().with_statement_timeout(Duration::from_millis(300));
+        let store = PostgresStateStore::connect_with(&url, limits)
+            .await
+            .unwrap();
+        store.park(parked("r1")).await.unwrap();
+        let mut holder = raw_client(&url).await;
+        let held = holder.transaction().await.unwrap();
+        held.execute("SELECT 1 FROM runs WHERE run_id = 'r1' FOR UPDATE", &[])
+            .await
+            .unwrap();
+        let error = store.claim("r1", &owner(), 1, 100).await.unwrap_err();
+        assert!(
+            format!("{error:#}").contains("statement timeout"),
+            "{error:#}"
+        );
+        held.rollback().await.unwrap();
+        let claimed = store.claim("r1", &owner(), 1, 100).await.unwrap().unwrap();
+        assert_eq!(claimed.snapshot, vec![1]);
+    }
+
+    /// The pool opens at most its connections however many calls run at
+    /// once; with every connection busy, a call waits the connect timeout
+    /// and fails, and the busy calls still finish.
+    #[tokio::test]
+    async fn the_pool_holds_its_connections_and_a_call_waits_at_most_the_timeout() {
+        let name = format!("qc_pool_{}", uuid::Uuid::new_v4().simple());
+        let url = crate::testing::postgres_database();
+        let url_named = format!(
+            "{url}{}application_name={name}",
+            if url.contains('?') { '&' } else { '?' }
+        );
+        let limits = PostgresLimits::default()
+            .with_max_connections(2)
+            .with_connect_timeout(Duration::from_millis(500));
+        let store = Arc::new(
+            PostgresStateStore::connect_with(&url_named, limits)
+                .await
+                .unwrap(),
+        );
+        store.park(parked("r1")).await.unwrap();
+        let monitor = raw_client(&url).await;
+        let connections = async |waiting_on_lock: bool| -> i64 {
+            monitor
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1
+                       AND (NOT $2 OR wait_event_type = 'Lock')",
+                    &[&name, &waiting_on_lock],
+                )
+                .await
+                .unwrap()
+                .get(0)
+        };
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..32 {
+            let store = store.clone();
+            calls.spawn(async move { store.count_runs().await.unwrap() });
+        }
+        while let Some(count) = calls.join_next().await {
+            assert_eq!(count.unwrap(), 1);
+        }
+        let open = connections(false).await;
+        assert!((1..=2).contains(&open), "{open} connections");
+        // Both connections blocked on a row another session holds.
+        let mut holder = raw_client(&url).await;
+        let held = holder.transaction().await.unwrap();
+        held.execute("SELECT 1 FROM runs WHERE run_id = 'r1' FOR UPDATE", &[])
+            .await
+            .unwrap();
+        let mut claims = tokio::task::JoinSet::new();
+        for _ in 0..2 {
+            let store = store.clone();
+            claims.spawn(async move { store.claim("r1", &owner(), 1, u64::MAX / 8).await });
+        }
+        while connections(true).await < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let error = store.count_runs().await.unwrap_err();
+        assert!(
+            format!("{error:#}").contains("cannot connect to the state store"),
+            "{error:#}"
+        );
+        held.rollback().await.unwrap();
+        let mut outcomes = Vec::new();
+        while let Some(claim) = claims.join_next().await {
+            outcomes.push(claim.unwrap().unwrap().map(|c| c.lease));
+        }
+        outcomes.sort_by_key(|o| o.is_err());
+        assert_eq!(outcomes, vec![Ok(1), Err(ClaimRefused::Busy)]);
+    }
 
     /// A database at version 2 keyed settlements by generation: version 3
     /// keeps the first recorded for each request, and the store goes on.
