@@ -580,6 +580,36 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
     }
 }
 
+/// Many calls still running on the parking host are awaited together: the
+/// resuming host gets every one of them, and none runs twice.
+#[test]
+fn a_host_resuming_a_run_awaits_many_calls_of_its_parking_host() {
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("many");
+    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    let a = counting_host(500, &counter, 2, false);
+    let b = counting_host(30_000, &counter, 2, false);
+    let code = "const calls = []; for (let i = 0; i < 12; i++) calls.push(count_nap({i})); return (await Promise.all(calls)).map((r) => r.input.i);";
+    let mut parking = spawn_host(&a, &url, &key, &["exec", "--code", code]);
+    let parked = first_line(&mut parking);
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    let run_id = parked["runId"].as_str().unwrap();
+    let (status, resumed) = host_with_key(
+        &b,
+        &url,
+        &key,
+        &["wait", run_id, "--config", "quickcell.toml"],
+    );
+    assert_eq!(status, 0, "{resumed}");
+    assert_eq!(
+        resumed["value"],
+        serde_json::json!([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+    );
+    assert_eq!(parking.wait().unwrap().code(), Some(3));
+    assert_eq!(runs(&counter), 12, "each call ran once");
+    let _ = std::fs::remove_file(&counter);
+}
+
 /// When the host that parked a run dies (`kill -9`) while another host
 /// waits for its tool call, the waiting host applies the restart rule once
 /// the dead host's announcement lapses: a replay-safe call runs again

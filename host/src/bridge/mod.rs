@@ -228,8 +228,12 @@ pub(crate) struct Bridge {
     max_in_flight: usize,
     restart_safe: bool,
     in_flight: JoinSet<Landed>,
-    /// Requests awaited from the host that drains them (in `in_flight`).
+    /// Requests awaited from the host that drains them, by id.
     remote: BTreeMap<u64, String>,
+    /// Where those are awaited.
+    remote_source: Option<Drainers>,
+    /// Whether `in_flight` holds the task awaiting them (one for all).
+    remote_task: bool,
     /// The cell is parked: requests still queued are not started (they
     /// start wherever the run resumes, so that none runs twice).
     parked: bool,
@@ -268,6 +272,8 @@ impl Bridge {
             restart_safe,
             in_flight: JoinSet::new(),
             remote: BTreeMap::new(),
+            remote_source: None,
+            remote_task: false,
             parked: false,
             tokens: HashMap::new(),
             queued: VecDeque::new(),
@@ -441,27 +447,35 @@ impl Bridge {
             // Its host still runs it: its settlement is awaited.
             if let (Some(host), Some(drainers)) = (&request.drained_by, &drainers) {
                 if drainers.alive.contains(host) {
-                    bridge.await_remote(drainers, id, host.clone());
+                    bridge.remote.insert(id, host.clone());
                     bridge.outstanding.insert(id, request);
                     continue;
                 }
             }
             bridge.rerun_or_unknown(id, request, now);
         }
+        bridge.remote_source = drainers;
+        bridge.await_remote();
         // Dispatch starts with the caller's next `collect_finished`, after
         // it has set the reply inbox.
         bridge
     }
 
-    /// Awaits request `id` from `host`, which drains it.
-    fn await_remote(&mut self, drainers: &Drainers, id: u64, host: String) {
-        self.remote.insert(id, host.clone());
-        self.in_flight.spawn(remote::await_settlement(
-            drainers.store.clone(),
-            drainers.key.clone(),
-            drainers.run_id.clone(),
-            id,
-            host,
+    /// Starts the task that awaits the requests other hosts drain, when
+    /// there are any and it is not running.
+    fn await_remote(&mut self) {
+        let Some(source) = &self.remote_source else {
+            return;
+        };
+        if self.remote.is_empty() || self.remote_task {
+            return;
+        }
+        self.remote_task = true;
+        self.in_flight.spawn(remote::await_settlements(
+            source.store.clone(),
+            source.key.clone(),
+            source.run_id.clone(),
+            self.remote.clone(),
         ));
     }
 
@@ -661,7 +675,7 @@ impl Bridge {
     /// Fails with the contract's queue message when `new` more requests
     /// would overflow the queue.
     pub(crate) fn check_capacity(&self, new: usize) -> Result<(), String> {
-        let outstanding = self.in_flight.len() + self.queued.len() + new;
+        let outstanding = self.in_flight_count() + self.queued.len() + new;
         if outstanding > self.max_in_flight + MAX_QUEUED_REQUESTS {
             return Err(queue_overflow(self.max_in_flight));
         }
@@ -723,7 +737,7 @@ impl Bridge {
         }
         // With nothing waiting, requests always start (whatever the inbox
         // was set to), so a cell can never stall with work queued.
-        while self.in_flight.len() < self.max_in_flight
+        while self.in_flight_count() < self.max_in_flight
             && (self.ready.is_empty() || self.ready_bytes() < self.reply_inbox_bytes)
         {
             let Some(request) = self.queued.pop_front() else {
@@ -997,29 +1011,49 @@ impl Bridge {
 
     fn settled(&mut self, result: Result<Landed, tokio::task::JoinError>) {
         match result {
-            Ok(Landed::Orphaned(id)) => {
-                self.remote.remove(&id);
-                if let Some(request) = self.outstanding.remove(&id) {
-                    self.rerun_or_unknown(id, request, unix_ms());
-                }
-            }
-            Ok(Landed::Settled(settlement)) => {
-                self.remote.remove(&settlement.id);
-                let mut settlement = settlement;
-                let id = settlement.id;
-                self.tokens.remove(&id);
-                if let Some(request) = self.outstanding.remove(&id) {
-                    settlement = self.fit_inbox(settlement, &request.method);
-                    if let (Some(progress), "callValue") = (&self.progress, &*request.method) {
-                        progress.tool_settled(calls::callable(&request.args_json).as_deref());
+            Ok(Landed::Remote { settled, orphaned }) => {
+                self.remote_task = false;
+                for settlement in settled {
+                    if self.remote.remove(&settlement.id).is_some() {
+                        self.land(settlement);
                     }
                 }
-                self.ready.push_back(settlement);
+                let now = unix_ms();
+                for id in orphaned {
+                    self.remote.remove(&id);
+                    if let Some(request) = self.outstanding.remove(&id) {
+                        self.rerun_or_unknown(id, request, now);
+                    }
+                }
+                self.await_remote();
             }
+            Ok(Landed::Settled(settlement)) => self.land(settlement),
             // Tasks only end this way when aborted, which happens only when
             // the bridge is dropped.
             Err(e) => tracing::error!(error = %e, "a bridge task ended without a settlement"),
         }
+    }
+}
+
+impl Bridge {
+    /// Makes a settlement ready for the guest: its request is no longer
+    /// outstanding.
+    fn land(&mut self, mut settlement: Settlement) {
+        let id = settlement.id;
+        self.tokens.remove(&id);
+        if let Some(request) = self.outstanding.remove(&id) {
+            settlement = self.fit_inbox(settlement, &request.method);
+            if let (Some(progress), "callValue") = (&self.progress, &*request.method) {
+                progress.tool_settled(calls::callable(&request.args_json).as_deref());
+            }
+        }
+        self.ready.push_back(settlement);
+    }
+
+    /// Requests running or awaited: the tasks in flight, counting the
+    /// one that awaits other hosts' requests as those requests.
+    fn in_flight_count(&self) -> usize {
+        self.in_flight.len() - usize::from(self.remote_task) + self.remote.len()
     }
 }
 

@@ -2,17 +2,20 @@
 //! while the host that parked it still runs its tool calls waits for their
 //! settlements in the state store instead of running them again.
 //!
-//! Each such request is one task of the bridge's in-flight set: it
-//! registers a watch on the run's settlements, reads the store, and reads
-//! it again only when the watch wakes (a host recorded a settlement of the
-//! run: PostgreSQL's `NOTIFY`). Every [`DRAINER_LIVENESS_CHECK`] it asks
-//! whether the draining host is still alive; once it is not, the request
-//! lands [`Landed::Orphaned`] and the bridge applies the restart rule.
+//! One task of the bridge's in-flight set awaits them all: it registers a
+//! watch on the run's settlements, reads those of the awaited requests in
+//! one query, and reads again only when the watch wakes (a host recorded a
+//! settlement of the run: PostgreSQL's `NOTIFY`) — one query per wake,
+//! however many requests it awaits. Every [`DRAINER_LIVENESS_CHECK`] it
+//! asks whether the draining hosts are still alive; a request whose host
+//! is not lands orphaned and the bridge applies the restart rule. The task
+//! ends at the first settlement or orphan, and the bridge starts it again
+//! for the requests still awaited.
 
 use super::settlement::{err, Settlement};
 use crate::state_key::StateKey;
 use crate::store::{SettlementWatch, StateStore};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,12 +23,16 @@ use std::time::Duration;
 /// liveness.
 pub(crate) const DRAINER_LIVENESS_CHECK: Duration = Duration::from_secs(1);
 
-/// How a request ends for the bridge.
+/// How a request, or the requests other hosts drain, end for the bridge.
 pub(crate) enum Landed {
-    /// It settled (here or on the host draining it).
+    /// It settled here.
     Settled(Settlement),
-    /// The host draining it ended before recording its settlement.
-    Orphaned(u64),
+    /// Settlements the draining hosts recorded, in the order recorded, and
+    /// requests whose host ended before recording theirs.
+    Remote {
+        settled: Vec<Settlement>,
+        orphaned: Vec<u64>,
+    },
 }
 
 /// What a restore needs to await requests another host drains: the store,
@@ -38,16 +45,27 @@ pub(crate) struct Drainers {
     pub key: Option<StateKey>,
 }
 
-/// Waits for the settlement of request `id` of `run_id`, which `host`
-/// drains.
-pub(super) async fn await_settlement(
+/// Waits until a request of `awaited` (request id → the host draining it)
+/// settles or loses its host.
+pub(super) async fn await_settlements(
     store: Arc<dyn StateStore>,
     key: Option<StateKey>,
     run_id: String,
-    id: u64,
-    host: String,
+    awaited: BTreeMap<u64, String>,
 ) -> Landed {
-    let recorded = |stored: &str| Landed::Settled(recorded(key.as_ref(), &run_id, id, stored));
+    let ids: Vec<u64> = awaited.keys().copied().collect();
+    let read = async |store: &Arc<dyn StateStore>| -> Vec<Settlement> {
+        match store.recorded_settlements(&run_id, &ids).await {
+            Ok(found) => found
+                .iter()
+                .map(|(id, stored)| recorded(key.as_ref(), &run_id, *id, stored))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(run_id, error = %e, "cannot read recorded settlements");
+                Vec::new()
+            }
+        }
+    };
     // Without a watch (the store cannot listen now) the store is read at
     // every liveness check instead.
     let (mut watch, watching) = match store.watch_settlements(&run_id).await {
@@ -57,30 +75,42 @@ pub(super) async fn await_settlement(
             (SettlementWatch::never(), false)
         }
     };
-    let mut read = true;
+    let hosts: BTreeSet<&String> = awaited.values().collect();
+    let mut due = true;
     loop {
-        if read {
-            match store.recorded_settlement(&run_id, id).await {
-                Ok(Some(stored)) => return recorded(&stored),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(run_id, error = %e, "cannot read a recorded settlement"),
+        if due {
+            let settled = read(&store).await;
+            if !settled.is_empty() {
+                return Landed::Remote {
+                    settled,
+                    orphaned: Vec::new(),
+                };
             }
         }
         tokio::select! {
             _ = watch.changed() => {
-                read = true;
+                due = true;
                 continue;
             }
-            _ = tokio::time::sleep(DRAINER_LIVENESS_CHECK) => read = !watching,
+            _ = tokio::time::sleep(DRAINER_LIVENESS_CHECK) => due = !watching,
         }
-        // A store that cannot answer leaves the request waiting: the
-        // cell's deadline bounds the wait.
-        if let Ok(false) = store.host_alive(&host).await {
-            // What it recorded before it ended still counts.
-            if let Ok(Some(stored)) = store.recorded_settlement(&run_id, id).await {
-                return recorded(&stored);
+        let mut ended = Vec::new();
+        for host in &hosts {
+            // A store that cannot answer leaves the requests waiting: the
+            // cell's deadline bounds the wait.
+            if let Ok(false) = store.host_alive(host).await {
+                ended.push(*host);
             }
-            return Landed::Orphaned(id);
+        }
+        if !ended.is_empty() {
+            // What they recorded before they ended still counts.
+            let settled = read(&store).await;
+            let orphaned = awaited
+                .iter()
+                .filter(|(id, host)| ended.contains(host) && !settled.iter().any(|s| s.id == **id))
+                .map(|(id, _)| *id)
+                .collect();
+            return Landed::Remote { settled, orphaned };
         }
     }
 }

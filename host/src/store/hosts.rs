@@ -7,7 +7,7 @@
 //! whether that host is alive ([`HostStore::host_alive`]); while it is, it
 //! waits for the calls' settlements instead of running them again,
 //! registered with [`HostStore::watch_settlements`] before it reads the
-//! store ([`HostStore::recorded_settlement`]), so that no settlement
+//! store ([`HostStore::recorded_settlements`]), so that no settlement
 //! recorded in between is missed.
 
 use super::StoreResult;
@@ -44,14 +44,15 @@ pub trait HostStore: Send + Sync {
         Ok(SettlementWatch::never())
     }
 
-    /// The settlement recorded for request `request_id` of `run_id`, if
-    /// any.
-    async fn recorded_settlement(
+    /// The settlements recorded for those of `request_ids` of `run_id`
+    /// that have one, by request id, in the order they were recorded.
+    /// Callers pass at most the requests one cell may have outstanding.
+    async fn recorded_settlements(
         &self,
         _run_id: &str,
-        _request_id: u64,
-    ) -> StoreResult<Option<String>> {
-        Ok(None)
+        _request_ids: &[u64],
+    ) -> StoreResult<Vec<(u64, String)>> {
+        Ok(Vec::new())
     }
 }
 

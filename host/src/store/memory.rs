@@ -66,18 +66,24 @@ impl super::HostStore for MemoryStateStore {
         Ok(self.wakers.watch(run_id))
     }
 
-    async fn recorded_settlement(
+    async fn recorded_settlements(
         &self,
         run_id: &str,
-        request_id: u64,
-    ) -> StoreResult<Option<String>> {
-        Ok(self.runs().get(run_id).and_then(|entry| {
-            entry
-                .settlements
-                .iter()
-                .find(|(id, _)| *id == request_id)
-                .map(|(_, s)| s.clone())
-        }))
+        request_ids: &[u64],
+    ) -> StoreResult<Vec<(u64, String)>> {
+        let wanted: std::collections::HashSet<u64> = request_ids.iter().copied().collect();
+        Ok(self
+            .runs()
+            .get(run_id)
+            .map(|entry| {
+                entry
+                    .settlements
+                    .iter()
+                    .filter(|(id, _)| wanted.contains(id))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 }
 

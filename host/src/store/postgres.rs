@@ -500,16 +500,25 @@ impl HostStore for PostgresStateStore {
         Ok(watch)
     }
 
-    async fn recorded_settlement(
+    async fn recorded_settlements(
         &self,
         run_id: &str,
-        request_id: u64,
-    ) -> StoreResult<Option<String>> {
-        self.optional_text(
-            "SELECT settlement FROM settlements WHERE run_id = $1 AND request_id = $2",
-            &[&run_id, &to_i64(request_id)],
-        )
-        .await
+        request_ids: &[u64],
+    ) -> StoreResult<Vec<(u64, String)>> {
+        let ids: Vec<i64> = request_ids.iter().map(|&id| to_i64(id)).collect();
+        let work = async {
+            let rows = self
+                .client()
+                .await?
+                .query(
+                    "SELECT request_id, settlement FROM settlements
+                     WHERE run_id = $1 AND request_id = ANY($2) ORDER BY seq",
+                    &[&run_id, &ids],
+                )
+                .await?;
+            anyhow::Ok(rows.iter().map(|r| (to_u64(r.get(0)), r.get(1))).collect())
+        };
+        Ok(work.await?)
     }
 }
 
@@ -829,29 +838,33 @@ impl RunStore for PostgresStateStore {
         request_id: u64,
         settlement: &str,
     ) -> StoreResult<bool> {
-        // One statement: the insert, the notification when it recorded
-        // one (sent at commit), and whether the run is still held.
         let work = async {
-            let row = self
-                .client()
-                .await?
+            let client = self.client().await?;
+            let row = client
                 .query_one(
                     "WITH recorded AS (
                        INSERT INTO settlements (run_id, request_id, settlement)
                        SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = $1)
                        ON CONFLICT (run_id, request_id) DO NOTHING
-                       RETURNING run_id)
+                       RETURNING 1)
                      SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = $1),
-                            (SELECT COUNT(pg_notify($4, run_id)) FROM recorded)",
-                    &[
-                        &run_id,
-                        &to_i64(request_id),
-                        &settlement,
-                        &SETTLEMENT_CHANNEL,
-                    ],
+                            EXISTS (SELECT 1 FROM recorded)",
+                    &[&run_id, &to_i64(request_id), &settlement],
                 )
                 .await?;
-            anyhow::Ok(row.get::<_, bool>(0))
+            let (held, recorded): (bool, bool) = (row.get(0), row.get(1));
+            // A statement of its own, so that a notification the server
+            // cannot queue (its queue full of a stalled listener's) loses
+            // no settlement: a `wait` then reads it at its next claim.
+            if recorded {
+                if let Err(e) = client
+                    .execute("SELECT pg_notify($1, $2)", &[&SETTLEMENT_CHANNEL, &run_id])
+                    .await
+                {
+                    tracing::warn!(run_id, error = %e, "cannot announce a recorded settlement");
+                }
+            }
+            anyhow::Ok(held)
         };
         Ok(work.await?)
     }
@@ -1346,10 +1359,10 @@ mod tests {
             .unwrap()
             .get(0);
         assert_eq!(version, MIGRATIONS.len() as i32);
-        let recorded = |id| store.recorded_settlement("r1", id);
-        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
-        assert_eq!(recorded(8).await.unwrap().as_deref(), Some("other"));
+        let recorded = async |ids: &[u64]| store.recorded_settlements("r1", ids).await.unwrap();
+        let kept = vec![(7, "first".to_string()), (8, "other".to_string())];
+        assert_eq!(recorded(&[7, 8]).await, kept);
         assert!(store.record_settlement("r1", 7, "third").await.unwrap());
-        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+        assert_eq!(recorded(&[7, 8, 9]).await, kept);
     }
 }

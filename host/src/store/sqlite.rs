@@ -399,15 +399,23 @@ impl Db {
         Ok((held, recorded))
     }
 
-    fn recorded_settlement(&self, run_id: &str, request_id: u64) -> anyhow::Result<Option<String>> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT settlement FROM settlements WHERE run_id = ?1 AND request_id = ?2",
-                params![run_id, to_i64(request_id)],
-                |r| r.get(0),
-            )
-            .optional()?)
+    fn recorded_settlements(
+        &self,
+        run_id: &str,
+        request_ids: &[u64],
+    ) -> anyhow::Result<Vec<(u64, String)>> {
+        // The ids as a JSON array (`json_each` reads it).
+        let ids = serde_json::to_string(request_ids)?;
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT request_id, settlement FROM settlements
+             WHERE run_id = ?1 AND request_id IN (SELECT value FROM json_each(?2))
+             ORDER BY rowid",
+        )?;
+        let rows = stmt.query_map(params![run_id, ids], |r| {
+            Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?))
+        })?;
+        Ok(rows.collect::<Result<Vec<(u64, String)>, _>>()?)
     }
 
     fn count_runs(&self) -> anyhow::Result<usize> {
@@ -692,13 +700,13 @@ impl super::HostStore for SqliteStateStore {
         Ok(self.wakers.watch(run_id))
     }
 
-    async fn recorded_settlement(
+    async fn recorded_settlements(
         &self,
         run_id: &str,
-        request_id: u64,
-    ) -> StoreResult<Option<String>> {
-        let run_id = run_id.to_owned();
-        self.blocking(move |db| db.recorded_settlement(&run_id, request_id))
+        request_ids: &[u64],
+    ) -> StoreResult<Vec<(u64, String)>> {
+        let (run_id, ids) = (run_id.to_owned(), request_ids.to_vec());
+        self.blocking(move |db| db.recorded_settlements(&run_id, &ids))
             .await
     }
 }
@@ -880,17 +888,22 @@ mod tests {
         .unwrap();
         drop(old);
         let store = SqliteStateStore::open(Some(&dir)).unwrap();
-        let recorded = |id| store.recorded_settlement("r1", id);
-        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
-        assert_eq!(recorded(8).await.unwrap().as_deref(), Some("other"));
+        let kept = vec![(7, "first".to_string()), (8, "other".to_string())];
+        assert_eq!(
+            store.recorded_settlements("r1", &[7, 8]).await.unwrap(),
+            kept
+        );
         assert!(store.record_settlement("r1", 7, "third").await.unwrap());
-        assert_eq!(recorded(7).await.unwrap().as_deref(), Some("first"));
+        assert_eq!(
+            store.recorded_settlements("r1", &[7, 8, 9]).await.unwrap(),
+            kept
+        );
         // Opened again: nothing left to upgrade.
         drop(store);
         let again = SqliteStateStore::open(Some(&dir)).unwrap();
         assert_eq!(
-            again.recorded_settlement("r1", 8).await.unwrap().as_deref(),
-            Some("other")
+            again.recorded_settlements("r1", &[8]).await.unwrap(),
+            kept[1..]
         );
         std::fs::remove_dir_all(dir).unwrap();
     }

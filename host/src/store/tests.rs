@@ -425,17 +425,19 @@ async fn settlements_by_request(store: &dyn StateStore) {
         "and no other run's"
     );
     assert_eq!(
-        store.recorded_settlement("r1", 2).await.unwrap(),
-        Some(settlement(2, "a"))
+        store.recorded_settlements("r1", &[2, 9]).await.unwrap(),
+        vec![(2, settlement(2, "a"))]
     );
-    assert_eq!(store.recorded_settlement("r1", 9).await.unwrap(), None);
     // Parked again, awaiting 2 and 3: 1 was delivered and is forgotten.
     let mut again = parked("r1", 10_000);
     again.generation = 2;
     again.lease = Some(first.lease);
     again.awaiting = vec![2, 3];
     store.park(again).await.unwrap();
-    assert_eq!(store.recorded_settlement("r1", 1).await.unwrap(), None);
+    assert_eq!(
+        store.recorded_settlements("r1", &[1]).await.unwrap(),
+        vec![]
+    );
     // The drainer of generation 1 still records what generation 2 awaits.
     assert!(store
         .record_settlement("r1", 3, &settlement(3, "a"))
@@ -457,7 +459,10 @@ async fn settlements_by_request(store: &dyn StateStore) {
         .record_settlement("r1", 4, &settlement(4, "a"))
         .await
         .unwrap());
-    assert_eq!(store.recorded_settlement("r1", 2).await.unwrap(), None);
+    assert_eq!(
+        store.recorded_settlements("r1", &[2]).await.unwrap(),
+        vec![]
+    );
 }
 
 /// Two stores over one database are two hosts: each sees the other alive
