@@ -16,7 +16,11 @@
 //! `sqlite_20mb_park_resume/*` the same calls (one-tool and 20 MB cells)
 //! with the SQLite store in a scratch state directory (what the CLI and
 //! `serve` use), `postgres_park_resume/*` and `postgres_20mb_park_resume/*`
-//! with the PostgreSQL store (a throwaway local cluster). Run with
+//! with the PostgreSQL store (a throwaway local cluster).
+//! `postgres_settlement_wake` times what a host waiting for another
+//! host's tool call pays once the call settles: host A records the
+//! settlement (insert, `NOTIFY`), host B's watch wakes on its `LISTEN`
+//! connection, and B reads the settlement. Run with
 //! `cargo bench --bench suspend`.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -208,6 +212,45 @@ fn postgres_benches(c: &mut Criterion) {
         "postgres_",
         Runtime::builder().state_url(url).state_key(key),
     );
+
+    settlement_wake(c, &quickcell::testing::postgres_database());
+}
+
+/// Host A records a settlement of a run host B watches; B wakes and reads
+/// it (two stores on one database: two hosts).
+#[cfg(feature = "postgres")]
+fn settlement_wake(c: &mut Criterion, url: &str) {
+    use quickcell::store::{HostStore as _, Owner, ParkedRun, PostgresStateStore, RunStore as _};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (a, b, mut watch) = rt.block_on(async {
+        let a = PostgresStateStore::connect(url).await.unwrap();
+        let b = PostgresStateStore::connect(url).await.unwrap();
+        let run = ParkedRun {
+            run_id: "cm_bench".into(),
+            owner: Owner::default(),
+            generation: 1,
+            expires_at_ms: u64::MAX / 4,
+            snapshot: vec![1],
+            lease: None,
+            regrant: false,
+            awaiting: Vec::new(),
+        };
+        a.park(run).await.unwrap();
+        let watch = b.watch_settlements("cm_bench").await.unwrap();
+        (a, b, watch)
+    });
+    let mut id = 0u64;
+    c.bench_function("postgres_settlement_wake", |bench| {
+        bench.iter(|| {
+            id += 1;
+            rt.block_on(async {
+                a.record_settlement("cm_bench", id, "{}").await.unwrap();
+                watch.changed().await;
+                let read = b.recorded_settlements("cm_bench", &[id]).await.unwrap();
+                assert_eq!(read.len(), 1);
+            })
+        })
+    });
 }
 
 #[cfg(not(feature = "postgres"))]
