@@ -177,10 +177,13 @@ pub mod testing {
             "cannot create a test database: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let base = server
-            .rsplit_once('/')
-            .map_or(server.as_str(), |(base, _)| base);
-        format!("{base}/{name}")
+        // `postgres://…/postgres?sslmode=…`: the database before the query.
+        let (path, query) = server.split_once('?').unwrap_or((server.as_str(), ""));
+        let base = path.rsplit_once('/').map_or(path, |(base, _)| base);
+        match query {
+            "" => format!("{base}/{name}"),
+            query => format!("{base}/{name}?{query}"),
+        }
     }
 
     /// A stored snapshot opened (decrypted and authenticated) for its run

@@ -8,6 +8,12 @@
 //! one winner. Saving a result takes a transaction-scoped advisory lock on
 //! its agent run, so the count and size caps hold across hosts.
 //!
+//! Connections use TLS (rustls) as the URL's `sslmode` says: `prefer` (the
+//! default) and `require` encrypt whenever the server offers it and always
+//! verify its certificate and name — against the CA file the URL names in
+//! `sslrootcert` (libpq's parameter; at most [`MAX_POSTGRES_CA_FILE_BYTES`])
+//! or else the system's roots; `disable` connects in the clear.
+//!
 //! Hosts ([`HostStore`]): a host that drains parked runs' tool calls
 //! records itself in `quickcell_hosts` with a deadline the database's clock
 //! sets, renewed every [`HOST_HEARTBEAT_INTERVAL`]; it is alive while that
@@ -45,6 +51,9 @@ pub const HOST_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
 /// that died is taken for dead this long after its last heartbeat, and
 /// the tool calls it was running are then subject to the restart rule.
 pub const HOST_LIVENESS_TTL: Duration = Duration::from_secs(4);
+
+/// Most bytes of the CA file a URL's `sslrootcert` names.
+pub const MAX_POSTGRES_CA_FILE_BYTES: usize = 1 << 20;
 
 /// The channel settlements are announced on; the payload is the run id.
 const SETTLEMENT_CHANNEL: &str = "quickcell_settlement";
@@ -209,6 +218,7 @@ pub struct PostgresStateStore {
 struct Hosts {
     /// The connection settings, for the `LISTEN` connection.
     config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     /// How long a watch waits for the `LISTEN` connection.
     connect_timeout: Duration,
     /// This store's host id, once announced.
@@ -235,6 +245,91 @@ fn to_i64(v: u64) -> i64 {
 
 fn to_u64(v: i64) -> u64 {
     v.max(0) as u64
+}
+
+/// `url` without its `sslrootcert` parameter (which tokio-postgres does not
+/// know), and the path that parameter names. Only the URL form carries it.
+fn split_root_cert(url: &str) -> anyhow::Result<(String, Option<std::path::PathBuf>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_string(), None));
+    };
+    let mut kept = Vec::new();
+    let mut root_cert = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("sslrootcert", path)) => {
+                let path = percent_encoding::percent_decode_str(path)
+                    .decode_utf8()
+                    .context("the URL's sslrootcert is not UTF-8")?;
+                root_cert = Some(std::path::PathBuf::from(path.into_owned()));
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, root_cert))
+}
+
+/// The TLS connector: server certificates verified against the CA file
+/// `root_cert`, or the system's roots.
+fn tls_connector(
+    root_cert: Option<&std::path::Path>,
+) -> anyhow::Result<tokio_postgres_rustls::MakeRustlsConnect> {
+    use rustls::pki_types::{pem::PemObject as _, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    match root_cert {
+        Some(path) => {
+            use std::io::Read as _;
+            let unreadable = |e: std::io::Error| {
+                anyhow::anyhow!(
+                    "cannot read the CA file {} (sslrootcert): {e}",
+                    path.display()
+                )
+            };
+            let mut pem = Vec::new();
+            std::fs::File::open(path)
+                .map_err(unreadable)?
+                .take(MAX_POSTGRES_CA_FILE_BYTES as u64 + 1)
+                .read_to_end(&mut pem)
+                .map_err(unreadable)?;
+            if pem.len() > MAX_POSTGRES_CA_FILE_BYTES {
+                anyhow::bail!(
+                    "the CA file {} (sslrootcert) is over {MAX_POSTGRES_CA_FILE_BYTES} bytes",
+                    path.display()
+                );
+            }
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| {
+                    anyhow::anyhow!("the CA file {} (sslrootcert): {e}", path.display())
+                })?;
+                roots.add(cert).map_err(|e| {
+                    anyhow::anyhow!("the CA file {} (sslrootcert): {e}", path.display())
+                })?;
+            }
+            if roots.is_empty() {
+                anyhow::bail!(
+                    "the CA file {} (sslrootcert) holds no PEM certificate",
+                    path.display()
+                );
+            }
+        }
+        None => {
+            let (added, _) =
+                roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            tracing::debug!(added, "system CA certificates for the state store");
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("cannot set up TLS for the state store")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
 }
 
 /// The URL without its password, for messages.
@@ -274,8 +369,12 @@ impl PostgresStateStore {
     ///
     /// # Errors
     ///
-    /// As [`PostgresStateStore::connect`].
+    /// As [`PostgresStateStore::connect`]; also when the CA file the URL
+    /// names cannot be read or holds no certificate.
     pub async fn connect_with(url: &str, limits: PostgresLimits) -> anyhow::Result<Self> {
+        let (url, root_cert) = split_root_cert(url)?;
+        let url = url.as_str();
+        let tls = tls_connector(root_cert.as_deref())?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .with_context(|| format!("{} is not a PostgreSQL URL", redacted(url)))?;
@@ -289,7 +388,7 @@ impl PostgresStateStore {
         }
         let manager = Manager::from_config(
             config.clone(),
-            tokio_postgres::NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -305,6 +404,7 @@ impl PostgresStateStore {
             pool,
             hosts: Arc::new(Hosts {
                 config,
+                tls,
                 connect_timeout: limits.connect_timeout,
                 announced: Default::default(),
                 listening: Default::default(),
@@ -352,7 +452,9 @@ impl PostgresStateStore {
         self.pool
             .get()
             .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to the state store: {e}"))
+            // The pool's error keeps its cause (e.g. why the TLS handshake
+            // failed) as its source.
+            .map_err(|e| anyhow::Error::new(e).context("cannot connect to the state store"))
     }
 
     /// Applies the migrations the database lacks, one transaction each,
@@ -477,6 +579,7 @@ impl HostStore for PostgresStateStore {
                 let (ready, listening) = tokio::sync::watch::channel(false);
                 tokio::spawn(listen(
                     hosts.config.clone(),
+                    hosts.tls.clone(),
                     Arc::downgrade(&hosts.wakers),
                     ready,
                     hosts.stop.clone(),
@@ -573,13 +676,14 @@ async fn heartbeat(pool: Pool, host: String, stop: tokio_util::sync::Cancellatio
 /// watches, since notifications sent meanwhile were lost.
 async fn listen(
     config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
     wakers: std::sync::Weak<SettlementWakers>,
     ready: tokio::sync::watch::Sender<bool>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let listened = async {
-            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            let (client, mut connection) = config.connect(tls.clone()).await?;
             // The connection is driven here, and wakes the watches of the
             // runs its notifications name.
             let notified = wakers.clone();
@@ -1192,10 +1296,11 @@ impl UsageStore for PostgresStateStore {
 mod tests {
     use super::*;
 
+    /// A client of its own on `url` (TLS as the store's).
     async fn raw_client(url: &str) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
+        let (url, root_cert) = split_root_cert(url).unwrap();
+        let tls = tls_connector(root_cert.as_deref()).unwrap();
+        let (client, connection) = tokio_postgres::connect(&url, tls).await.unwrap();
         tokio::spawn(connection);
         client
     }
@@ -1316,15 +1421,82 @@ mod tests {
         assert_eq!(outcomes, vec![Ok(1), Err(ClaimRefused::Busy)]);
     }
 
+    /// Whether the store's connection is encrypted.
+    async fn encrypted(store: &PostgresStateStore) -> bool {
+        store
+            .client()
+            .await
+            .unwrap()
+            .query_one(
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// The store's connections are encrypted and verify the server against
+    /// the CA file the URL names; the system's roots do not know the
+    /// throwaway CA, so without it the connection is refused; `sslmode=disable`
+    /// connects in the clear.
+    #[tokio::test]
+    async fn connections_use_tls_and_verify_the_server() {
+        let url = crate::testing::postgres_database();
+        assert!(
+            url.contains("sslrootcert="),
+            "the throwaway cluster serves TLS: {url}"
+        );
+        let store = PostgresStateStore::connect(&url).await.unwrap();
+        assert!(encrypted(&store).await);
+        let (bare, _) = split_root_cert(&url).unwrap();
+        let error = PostgresStateStore::connect(&bare).await.err().unwrap();
+        assert!(format!("{error:#}").contains("certificate"), "{error:#}");
+        let plain = bare.replace("sslmode=require", "sslmode=disable");
+        assert!(!encrypted(&PostgresStateStore::connect(&plain).await.unwrap()).await);
+    }
+
+    /// The CA file is read up to its cap and must hold a certificate.
+    #[tokio::test]
+    async fn a_ca_file_over_the_cap_or_without_a_certificate_is_refused() {
+        let url = crate::testing::postgres_database();
+        let (bare, ca) = split_root_cert(&url).unwrap();
+        let dir = std::env::temp_dir().join(format!("quickcell-ca-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with_ca = |path: &std::path::Path| format!("{bare}&sslrootcert={}", path.display());
+        // Obeyed: the real CA padded to the cap still works.
+        let mut padded = std::fs::read(ca.unwrap()).unwrap();
+        padded.resize(MAX_POSTGRES_CA_FILE_BYTES, b'\n');
+        std::fs::write(dir.join("padded.pem"), &padded).unwrap();
+        assert!(
+            PostgresStateStore::connect(&with_ca(&dir.join("padded.pem")))
+                .await
+                .is_ok()
+        );
+        // Violated: one byte more.
+        padded.push(b'\n');
+        std::fs::write(dir.join("big.pem"), &padded).unwrap();
+        std::fs::write(dir.join("empty.pem"), "not a certificate\n").unwrap();
+        for (file, says) in [
+            ("big.pem", "is over 1048576 bytes"),
+            ("empty.pem", "holds no PEM certificate"),
+            ("missing.pem", "cannot read the CA file"),
+        ] {
+            let error = PostgresStateStore::connect(&with_ca(&dir.join(file)))
+                .await
+                .err()
+                .unwrap();
+            assert!(format!("{error:#}").contains(says), "{file}: {error:#}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// A database at version 2 keyed settlements by generation: version 3
     /// keeps the first recorded for each request, and the store goes on.
     #[tokio::test]
     async fn version_2_settlements_are_kept_by_request() {
         let url = crate::testing::postgres_database();
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let client = raw_client(&url).await;
         client
             .batch_execute(
                 "CREATE TABLE quickcell_migrations (
