@@ -231,7 +231,7 @@ impl StateKey {
         use base64::Engine as _;
         let sealed = base64::engine::general_purpose::STANDARD
             .decode(stored)
-            .map_err(|_| "a recorded settlement is not sealed".to_string())?;
+            .map_err(|e| format!("a recorded settlement is not sealed (not base64: {e})"))?;
         let json = self
             .open_bytes(&Self::settlement_data(run_id, request_id), sealed)
             .map_err(|_| "a recorded settlement does not open (another state key, or it was altered or moved)".to_string())?;

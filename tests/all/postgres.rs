@@ -610,6 +610,60 @@ fn a_host_resuming_a_run_awaits_many_calls_of_its_parking_host() {
     let _ = std::fs::remove_file(&counter);
 }
 
+/// A run resumed elsewhere and parked again while the call still runs on
+/// the host that first parked it: the newer snapshot still awaits that
+/// host's call, whose drainer outlives its own generation's expiry (the
+/// run now expires later), and a third `wait` gets the result, the call
+/// having run once.
+#[test]
+fn a_call_drained_across_a_second_park_elsewhere_is_delivered_once() {
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("repark");
+    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    // A: parks after 0.5 s; its run would expire after 3 s; the call takes 6 s.
+    let a = counting_host(500, &counter, 6, false);
+    let ttl = "[limits]\nsnapshot_ttl_seconds = 3\n";
+    let config = std::fs::read_to_string(a.join("quickcell.toml")).unwrap();
+    std::fs::write(
+        a.join("quickcell.toml"),
+        config.replacen("[limits]\n", ttl, 1),
+    )
+    .unwrap();
+    // B: waits 1 s, then parks again (an hour's expiry); C: waits 30 s.
+    let b = counting_host(1_000, &counter, 6, false);
+    let c = counting_host(30_000, &counter, 6, false);
+    let mut parking = spawn_host(
+        &a,
+        &url,
+        &key,
+        &["exec", "--code", "return await count_nap({})"],
+    );
+    let parked = first_line(&mut parking);
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    let run_id = parked["runId"].as_str().unwrap();
+    let (status, again) = host_with_key(
+        &b,
+        &url,
+        &key,
+        &["wait", run_id, "--config", "quickcell.toml"],
+    );
+    assert_eq!(
+        status, 3,
+        "B parks it again, still awaiting A's call: {again}"
+    );
+    let (status, resumed) = host_with_key(
+        &c,
+        &url,
+        &key,
+        &["wait", run_id, "--config", "quickcell.toml"],
+    );
+    assert_eq!(status, 0, "{resumed}");
+    assert_eq!(resumed["value"]["runs"], 1, "{resumed}");
+    assert_eq!(parking.wait().unwrap().code(), Some(3));
+    assert_eq!(runs(&counter), 1);
+    let _ = std::fs::remove_file(&counter);
+}
+
 /// When the host that parked a run dies (`kill -9`) while another host
 /// waits for its tool call, the waiting host applies the restart rule once
 /// the dead host's announcement lapses: a replay-safe call runs again

@@ -232,8 +232,8 @@ pub(crate) struct Bridge {
     remote: BTreeMap<u64, String>,
     /// Where those are awaited.
     remote_source: Option<Drainers>,
-    /// Whether `in_flight` holds the task awaiting them (one for all).
-    remote_task: bool,
+    /// The task in `in_flight` awaiting them (one for all), if running.
+    remote_task: Option<tokio::task::Id>,
     /// The cell is parked: requests still queued are not started (they
     /// start wherever the run resumes, so that none runs twice).
     parked: bool,
@@ -273,7 +273,7 @@ impl Bridge {
             in_flight: JoinSet::new(),
             remote: BTreeMap::new(),
             remote_source: None,
-            remote_task: false,
+            remote_task: None,
             parked: false,
             tokens: HashMap::new(),
             queued: VecDeque::new(),
@@ -444,13 +444,12 @@ impl Bridge {
                 bridge.outstanding.insert(id, request);
                 continue;
             }
-            // Its host still runs it: its settlement is awaited.
-            if let (Some(host), Some(drainers)) = (&request.drained_by, &drainers) {
-                if drainers.alive.contains(host) {
-                    bridge.remote.insert(id, host.clone());
-                    bridge.outstanding.insert(id, request);
-                    continue;
-                }
+            // A host ran it when the cell parked: its settlement is awaited
+            // from the store while that host is alive.
+            if let (Some(host), Some(_)) = (&request.drained_by, &drainers) {
+                bridge.remote.insert(id, host.clone());
+                bridge.outstanding.insert(id, request);
+                continue;
             }
             bridge.rerun_or_unknown(id, request, now);
         }
@@ -467,16 +466,16 @@ impl Bridge {
         let Some(source) = &self.remote_source else {
             return;
         };
-        if self.remote.is_empty() || self.remote_task {
+        if self.remote.is_empty() || self.remote_task.is_some() {
             return;
         }
-        self.remote_task = true;
-        self.in_flight.spawn(remote::await_settlements(
+        let task = self.in_flight.spawn(remote::await_settlements(
             source.store.clone(),
             source.key.clone(),
             source.run_id.clone(),
             self.remote.clone(),
         ));
+        self.remote_task = Some(task.id());
     }
 
     /// The restart rule for request `id`, whose host ended: a request not
@@ -1012,7 +1011,7 @@ impl Bridge {
     fn settled(&mut self, result: Result<Landed, tokio::task::JoinError>) {
         match result {
             Ok(Landed::Remote { settled, orphaned }) => {
-                self.remote_task = false;
+                self.remote_task = None;
                 for settlement in settled {
                     if self.remote.remove(&settlement.id).is_some() {
                         self.land(settlement);
@@ -1028,8 +1027,20 @@ impl Bridge {
                 self.await_remote();
             }
             Ok(Landed::Settled(settlement)) => self.land(settlement),
-            // Tasks only end this way when aborted, which happens only when
-            // the bridge is dropped.
+            // The task awaiting other hosts' requests failed (a store
+            // that panicked): they get the restart rule.
+            Err(e) if Some(e.id()) == self.remote_task => {
+                tracing::error!(error = %e, "the task awaiting other hosts' tool calls failed");
+                self.remote_task = None;
+                let now = unix_ms();
+                for id in std::mem::take(&mut self.remote).into_keys() {
+                    if let Some(request) = self.outstanding.remove(&id) {
+                        self.rerun_or_unknown(id, request, now);
+                    }
+                }
+            }
+            // Other tasks only end this way when aborted, which happens only
+            // when the bridge is dropped.
             Err(e) => tracing::error!(error = %e, "a bridge task ended without a settlement"),
         }
     }
@@ -1053,7 +1064,10 @@ impl Bridge {
     /// Requests running or awaited: the tasks in flight, counting the
     /// one that awaits other hosts' requests as those requests.
     fn in_flight_count(&self) -> usize {
-        self.in_flight.len() - usize::from(self.remote_task) + self.remote.len()
+        self.in_flight
+            .len()
+            .saturating_sub(usize::from(self.remote_task.is_some()))
+            + self.remote.len()
     }
 }
 

@@ -81,8 +81,31 @@ pub(super) async fn restore(
     let output_cap = host
         .max_output_bytes
         .saturating_sub(host.delivered_output_bytes);
-    let (mut store, exports, fuel_start) =
-        instantiate(env, output_cap, clock_offset, deadline).await?;
+    let (mut store, exports, fuel_start) = match instantiate(
+        env,
+        output_cap,
+        clock_offset,
+        deadline,
+    )
+    .await
+    {
+        Ok(instance) => instance,
+        Err(failure) => {
+            // The run stays parked (the `wait` unclaims it): so does its
+            // bridge, whose calls keep running and being recorded.
+            let stays_parked = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
+            if let (Some(bridge), true) = (live, stays_parked) {
+                let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
+                env.runs.keep_live(
+                    run_id,
+                    claimed.generation,
+                    unix_ms().saturating_add(ttl_ms),
+                    bridge,
+                );
+            }
+            return Err(failure);
+        }
+    };
     store.data_mut().cancel = cancel.clone();
     let memory = exports.memory;
     let current = memory.data_size(&store);
@@ -147,14 +170,14 @@ pub(super) async fn restore(
                 .iter()
                 .map(|(id, stored)| crate::bridge::recorded(env.state_key, run_id, *id, stored))
                 .collect();
-            let drainers = drainers(env, run_id, &host.bridge).await;
+            let drainers = drainers(env, run_id, &host.bridge);
             Bridge::restore(
                 tools.clone(),
                 env.limits.max_pending_tool_calls() as usize,
                 host.restart_safe,
                 host.bridge,
                 recorded,
-                Some(drainers),
+                drainers,
             )
             .with_reply_inbox(env.limits.reply_inbox_bytes())
             .with_session(SessionAccess {
@@ -221,35 +244,20 @@ pub(super) async fn restore(
     Ok((cell, status))
 }
 
-/// The hosts that drain requests of the run (as its snapshot names them)
-/// and are alive: their requests are awaited, not run again. A host whose
-/// liveness the store cannot tell is taken for ended.
-async fn drainers(
+/// Where the requests of the run that hosts drain are awaited, when its
+/// snapshot names any.
+fn drainers(
     env: &CellEnv<'_>,
     run_id: &str,
     bridge: &crate::bridge::BridgeState,
-) -> crate::bridge::Drainers {
-    let named: std::collections::BTreeSet<&str> = bridge
+) -> Option<crate::bridge::Drainers> {
+    bridge
         .outstanding
         .values()
-        .filter_map(|request| request.drained_by.as_deref())
-        .collect();
-    let mut alive = std::collections::HashSet::new();
-    for host in named {
-        match env.store.host_alive(host).await {
-            Ok(true) => {
-                alive.insert(host.to_string());
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(run_id, host, error = %e, "cannot tell whether a host is alive")
-            }
-        }
-    }
-    crate::bridge::Drainers {
-        store: env.store.clone(),
-        run_id: run_id.to_string(),
-        alive,
-        key: env.state_key.cloned(),
-    }
+        .any(|request| request.drained_by.is_some())
+        .then(|| crate::bridge::Drainers {
+            store: env.store.clone(),
+            run_id: run_id.to_string(),
+            key: env.state_key.cloned(),
+        })
 }

@@ -296,6 +296,7 @@ impl RunRegistry {
     /// their tool calls get their cancel signal.
     pub(crate) fn forget_live(&self, runs: &[String]) {
         let mut live = self.live();
+        let runs: std::collections::HashSet<&String> = runs.iter().collect();
         let gone: Vec<(String, u64)> = live
             .keys()
             .filter(|(id, _)| runs.contains(id))
@@ -372,54 +373,17 @@ impl RunRegistry {
         }
         let stop = CancellationToken::new();
         let stop_after_tool_calls = CancellationToken::new();
-        let store = self.store.clone();
-        let state_key = self.state_key.clone();
-        let id = run_id.to_string();
-        let token = stop.clone();
-        let after_tools = stop_after_tool_calls.clone();
-        let task = tokio::spawn(async move {
-            let expiry = std::time::Duration::from_millis(expires_at_ms.saturating_sub(unix_ms()));
-            let expired = tokio::time::sleep(expiry);
-            tokio::pin!(expired);
-            loop {
-                if after_tools.is_cancelled() && !bridge.has_tool_work() {
-                    return Some(bridge);
-                }
-                tokio::select! {
-                    _ = token.cancelled() => return Some(bridge),
-                    _ = after_tools.cancelled(), if !after_tools.is_cancelled() => {}
-                    _ = &mut expired => {
-                        // Dropping the bridge cancels its requests.
-                        let _ = store.purge_expired(unix_ms()).await;
-                        return None;
-                    }
-                    settled = bridge.next_settlements() => {
-                        let Some(settled) = settled else { return Some(bridge) };
-                        for s in settled {
-                            let json = serde_json::to_string(&s).unwrap_or_default();
-                            let stored = match &state_key {
-                                Some(key) => match key.seal_settlement(&id, s.id, &json) {
-                                    Ok(sealed) => sealed,
-                                    Err(e) => {
-                                        tracing::warn!(run_id = %id, error = %e, "cannot record a settlement");
-                                        continue;
-                                    }
-                                },
-                                None => json,
-                            };
-                            match store.record_settlement(&id, s.id, &stored).await {
-                                Ok(true) => {}
-                                // The run is gone (finished or abandoned
-                                // elsewhere): dropping the bridge cancels
-                                // what it still runs.
-                                Ok(false) => return None,
-                                Err(e) => tracing::warn!(run_id = %id, error = %e, "cannot record a settlement"),
-                            }
-                        }
-                    }
-                }
-            }
-        });
+        let drainer = Drainer {
+            store: self.store.clone(),
+            state_key: self.state_key.clone(),
+            run_id: run_id.to_string(),
+        };
+        let task = tokio::spawn(drainer.drain(
+            bridge,
+            expires_at_ms,
+            stop.clone(),
+            stop_after_tool_calls.clone(),
+        ));
         self.live().insert(
             key,
             LiveRun::Draining {
@@ -466,6 +430,126 @@ impl RunRegistry {
                 self.live().insert(id, LiveRun::Idle(Box::new(bridge)));
             }
         }
+    }
+}
+
+/// Attempts at recording one settlement before a drainer gives it up (the
+/// store is failing; a `wait` in this process still gets it).
+const RECORD_ATTEMPTS: u32 = 6;
+
+/// The wait before a settlement's second attempt; doubled for each later
+/// one (about 8 s in all).
+const RECORD_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// What a parked run's drainer task records into.
+struct Drainer {
+    store: Arc<dyn StateStore>,
+    state_key: Option<StateKey>,
+    run_id: String,
+}
+
+/// Why a drainer stopped recording a settlement.
+enum Recorded {
+    /// Recorded; whether the run is still held.
+    Held(bool),
+    /// Told to return the bridge meanwhile.
+    Stopped,
+}
+
+impl Drainer {
+    /// Records each settlement of `bridge` as it lands, until `stop` (the
+    /// bridge is returned), `after_tools` with no tool call left running
+    /// here (returned too), the run's end (dropped: its calls are
+    /// cancelled), or its expiry. At the expiry it purges expired runs and
+    /// keeps draining if the run was not among them: a host that resumed
+    /// it parked it again with a later expiry, and its snapshot may await
+    /// the calls running here.
+    async fn drain(
+        self,
+        mut bridge: Bridge,
+        expires_at_ms: u64,
+        stop: CancellationToken,
+        after_tools: CancellationToken,
+    ) -> Option<Bridge> {
+        let ttl = std::time::Duration::from_millis(expires_at_ms.saturating_sub(unix_ms()))
+            .max(std::time::Duration::from_secs(1));
+        let expired = tokio::time::sleep(ttl);
+        tokio::pin!(expired);
+        loop {
+            if after_tools.is_cancelled() && !bridge.has_tool_work() {
+                return Some(bridge);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return Some(bridge),
+                _ = after_tools.cancelled(), if !after_tools.is_cancelled() => {}
+                _ = &mut expired => {
+                    let purged = self.store.purge_expired(unix_ms()).await;
+                    if purged.is_ok_and(|ids| ids.contains(&self.run_id)) {
+                        // Dropping the bridge cancels its requests.
+                        return None;
+                    }
+                    expired.as_mut().reset(tokio::time::Instant::now() + ttl);
+                }
+                settled = bridge.next_settlements() => {
+                    let Some(settled) = settled else { return Some(bridge) };
+                    for settlement in settled {
+                        match self.record(&settlement, &stop).await {
+                            Recorded::Held(true) => {}
+                            // The run is gone (finished or abandoned
+                            // elsewhere): dropping the bridge cancels
+                            // what it still runs.
+                            Recorded::Held(false) => return None,
+                            // What was not recorded stays ready in the
+                            // bridge for the `wait` taking it.
+                            Recorded::Stopped => return Some(bridge),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Seals and records one settlement, retrying a failing store with
+    /// backoff ([`RECORD_ATTEMPTS`]); a settlement it gives up stays
+    /// unrecorded (logged), as if held by the run's host alone.
+    async fn record(
+        &self,
+        settlement: &crate::bridge::Settlement,
+        stop: &CancellationToken,
+    ) -> Recorded {
+        let json = serde_json::to_string(settlement).unwrap_or_default();
+        let mut delay = RECORD_RETRY_DELAY;
+        for attempt in 1..=RECORD_ATTEMPTS {
+            let stored = match &self.state_key {
+                Some(key) => key
+                    .seal_settlement(&self.run_id, settlement.id, &json)
+                    .map_err(|e| anyhow::anyhow!(e)),
+                None => Ok(json.clone()),
+            };
+            let recorded = match stored {
+                Ok(stored) => self
+                    .store
+                    .record_settlement(&self.run_id, settlement.id, &stored)
+                    .await
+                    .map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            match recorded {
+                Ok(held) => return Recorded::Held(held),
+                Err(e) if attempt == RECORD_ATTEMPTS => {
+                    tracing::warn!(run_id = %self.run_id, request_id = settlement.id, error = %format!("{e:#}"), "cannot record a settlement; giving it up");
+                }
+                Err(e) => {
+                    tracing::warn!(run_id = %self.run_id, request_id = settlement.id, attempt, error = %format!("{e:#}"), "cannot record a settlement; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return Recorded::Stopped,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay *= 2;
+                }
+            }
+        }
+        Recorded::Held(true)
     }
 }
 

@@ -379,6 +379,12 @@ impl PostgresStateStore {
             .parse()
             .with_context(|| format!("{} is not a PostgreSQL URL", redacted(url)))?;
         config.connect_timeout(limits.connect_timeout);
+        // A peer that vanished (a half-open connection, e.g. the `LISTEN`
+        // one) is noticed within about 25 s rather than the system's hours.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
+        config.keepalives_interval(Duration::from_secs(5));
+        config.keepalives_retries(3);
         config.options(format!(
             "-c statement_timeout={}",
             limits.statement_timeout.as_millis()
@@ -530,7 +536,12 @@ impl HostStore for PostgresStateStore {
                     .await?;
                 renew(&client, &id).await?;
                 drop(client);
-                tokio::spawn(heartbeat(self.pool.clone(), id.clone(), hosts.stop.clone()));
+                tokio::spawn(heartbeat(
+                    hosts.config.clone(),
+                    hosts.tls.clone(),
+                    id.clone(),
+                    hosts.stop.clone(),
+                ));
                 anyhow::Ok(id)
             })
             .await?;
@@ -596,7 +607,7 @@ impl HostStore for PostgresStateStore {
         .await;
         if !matches!(listens, Ok(Ok(_))) {
             return Err(anyhow::anyhow!(
-                "cannot listen for settlements: the LISTEN connection to the state store is down"
+                "cannot listen for settlements: the LISTEN connection to the state store is down (its errors are logged)"
             )
             .into());
         }
@@ -644,26 +655,44 @@ async fn renew(client: &tokio_postgres::Client, host: &str) -> anyhow::Result<()
 }
 
 /// Renews `host`'s announcement every [`HOST_HEARTBEAT_INTERVAL`] until
-/// `stop`; a store that closes withdraws it, so that other hosts stop
-/// waiting on it at once.
-async fn heartbeat(pool: Pool, host: String, stop: tokio_util::sync::CancellationToken) {
+/// `stop`, on a connection of its own (a pool whose connections are all
+/// busy must not make a live host look dead); a store that closes
+/// withdraws it, so that other hosts stop waiting on it at once.
+async fn heartbeat(
+    config: tokio_postgres::Config,
+    tls: tokio_postgres_rustls::MakeRustlsConnect,
+    host: String,
+    stop: tokio_util::sync::CancellationToken,
+) {
     let mut ticks = tokio::time::interval(HOST_HEARTBEAT_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
+    let mut connection: Option<tokio_postgres::Client> = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = ticks.tick() => {}
         }
-        let renewed = async {
-            let client = pool.get().await?;
-            renew(&client, &host).await
-        };
-        if let Err(e) = renewed.await {
-            tracing::warn!(host, error = %e, "cannot renew this host's announcement in the state store");
+        if connection.as_ref().is_none_or(|c| c.is_closed()) {
+            connection = match config.connect(tls.clone()).await {
+                Ok((client, driver)) => {
+                    tokio::spawn(driver);
+                    Some(client)
+                }
+                Err(e) => {
+                    tracing::warn!(host, error = %format!("{e:#}"), "cannot connect to renew this host's announcement");
+                    continue;
+                }
+            };
+        }
+        if let Some(client) = &connection {
+            if let Err(e) = renew(client, &host).await {
+                tracing::warn!(host, error = %format!("{e:#}"), "cannot renew this host's announcement in the state store");
+                connection = None;
+            }
         }
     }
-    if let Ok(client) = pool.get().await {
+    if let Some(client) = connection {
         let _ = client
             .execute("DELETE FROM quickcell_hosts WHERE host_id = $1", &[&host])
             .await;
@@ -948,7 +977,7 @@ impl RunStore for PostgresStateStore {
                 .query_one(
                     "WITH recorded AS (
                        INSERT INTO settlements (run_id, request_id, settlement)
-                       SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = $1)
+                       SELECT $1, $2, $3 FROM runs WHERE run_id = $1 FOR SHARE
                        ON CONFLICT (run_id, request_id) DO NOTHING
                        RETURNING 1)
                      SELECT EXISTS (SELECT 1 FROM runs WHERE run_id = $1),
