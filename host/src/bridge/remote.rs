@@ -110,7 +110,7 @@ pub(super) async fn await_settlements(
             _ = checks.tick() => {}
         }
         ticks = ticks.wrapping_add(1);
-        if !watching || ticks % FALLBACK_READ_CHECKS == 0 {
+        if !watching || ticks.is_multiple_of(FALLBACK_READ_CHECKS) {
             due = true;
         }
         let mut ended = Vec::new();
