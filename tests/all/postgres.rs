@@ -510,6 +510,30 @@ fn spawn_host(
         .unwrap()
 }
 
+/// An `exec` of `code` started on the host in `dir`: the process (which
+/// stays to drain the run's tool calls), and the run it parked.
+fn park_on(
+    dir: &std::path::Path,
+    url: &str,
+    key: &std::path::Path,
+    code: &str,
+) -> (std::process::Child, String) {
+    let mut parking = spawn_host(dir, url, key, &["exec", "--code", code]);
+    let parked = first_line(&mut parking);
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    (parking, parked["runId"].as_str().unwrap().to_string())
+}
+
+/// `quickcell wait RUN --config quickcell.toml` on the host in `dir`.
+fn wait_on(dir: &std::path::Path, url: &str, key: &std::path::Path, run_id: &str) -> (i32, Value) {
+    host_with_key(
+        dir,
+        url,
+        key,
+        &["wait", run_id, "--config", "quickcell.toml"],
+    )
+}
+
 /// The first line a host printed, as JSON (the parked result of an `exec`
 /// whose process then stays to drain its tool calls).
 fn first_line(child: &mut std::process::Child) -> Value {
@@ -541,22 +565,10 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
             std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
         let a = counting_host(500, &counter, 3, replay_safe);
         let b = counting_host(30_000, &counter, 3, replay_safe);
-        let mut parking = spawn_host(
-            &a,
-            &url,
-            &key,
-            &["exec", "--code", "return await count_nap({})"],
-        );
-        let parked = first_line(&mut parking);
-        assert_eq!(parked["status"], "waiting", "{parked}");
-        let run_id = parked["runId"].as_str().unwrap();
+        let (mut parking, run_id) = park_on(&a, &url, &key, "return await count_nap({})");
+        let run_id = run_id.as_str();
         // A still runs the call (its process drains it before it exits).
-        let (status, resumed) = host_with_key(
-            &b,
-            &url,
-            &key,
-            &["wait", run_id, "--config", "quickcell.toml"],
-        );
+        let (status, resumed) = wait_on(&b, &url, &key, run_id);
         assert_eq!(status, 0, "replay_safe {replay_safe}: {resumed}");
         assert_eq!(
             resumed["value"]["runs"], 1,
@@ -590,16 +602,9 @@ fn a_host_resuming_a_run_awaits_many_calls_of_its_parking_host() {
     let a = counting_host(500, &counter, 2, false);
     let b = counting_host(30_000, &counter, 2, false);
     let code = "const calls = []; for (let i = 0; i < 12; i++) calls.push(count_nap({i})); return (await Promise.all(calls)).map((r) => r.input.i);";
-    let mut parking = spawn_host(&a, &url, &key, &["exec", "--code", code]);
-    let parked = first_line(&mut parking);
-    assert_eq!(parked["status"], "waiting", "{parked}");
-    let run_id = parked["runId"].as_str().unwrap();
-    let (status, resumed) = host_with_key(
-        &b,
-        &url,
-        &key,
-        &["wait", run_id, "--config", "quickcell.toml"],
-    );
+    let (mut parking, run_id) = park_on(&a, &url, &key, code);
+    let run_id = run_id.as_str();
+    let (status, resumed) = wait_on(&b, &url, &key, run_id);
     assert_eq!(status, 0, "{resumed}");
     assert_eq!(
         resumed["value"],
@@ -632,31 +637,14 @@ fn a_call_drained_across_a_second_park_elsewhere_is_delivered_once() {
     // B: waits 1 s, then parks again (an hour's expiry); C: waits 30 s.
     let b = counting_host(1_000, &counter, 6, false);
     let c = counting_host(30_000, &counter, 6, false);
-    let mut parking = spawn_host(
-        &a,
-        &url,
-        &key,
-        &["exec", "--code", "return await count_nap({})"],
-    );
-    let parked = first_line(&mut parking);
-    assert_eq!(parked["status"], "waiting", "{parked}");
-    let run_id = parked["runId"].as_str().unwrap();
-    let (status, again) = host_with_key(
-        &b,
-        &url,
-        &key,
-        &["wait", run_id, "--config", "quickcell.toml"],
-    );
+    let (mut parking, run_id) = park_on(&a, &url, &key, "return await count_nap({})");
+    let run_id = run_id.as_str();
+    let (status, again) = wait_on(&b, &url, &key, run_id);
     assert_eq!(
         status, 3,
         "B parks it again, still awaiting A's call: {again}"
     );
-    let (status, resumed) = host_with_key(
-        &c,
-        &url,
-        &key,
-        &["wait", run_id, "--config", "quickcell.toml"],
-    );
+    let (status, resumed) = wait_on(&c, &url, &key, run_id);
     assert_eq!(status, 0, "{resumed}");
     assert_eq!(resumed["value"]["runs"], 1, "{resumed}");
     assert_eq!(parking.wait().unwrap().code(), Some(3));
@@ -677,19 +665,13 @@ fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
             std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
         let a = counting_host(500, &counter, 30, replay_safe);
         let b = counting_host(30_000, &counter, 1, replay_safe);
-        let mut parking = spawn_host(
+        let (mut parking, run_id) = park_on(
             &a,
             &url,
             &key,
-            &[
-                "exec",
-                "--code",
-                "try { return (await count_nap({})).runs; } catch (e) { return String(e.message); }",
-            ],
+            "try { return (await count_nap({})).runs; } catch (e) { return String(e.message); }",
         );
-        let parked = first_line(&mut parking);
-        assert_eq!(parked["status"], "waiting", "{parked}");
-        let run_id = parked["runId"].as_str().unwrap();
+        let run_id = run_id.as_str();
         let waiting = spawn_host(&b, &url, &key, &["wait", run_id]);
         parking.kill().unwrap();
         parking.wait().unwrap();

@@ -60,15 +60,7 @@ pub(super) async fn restore(
     // stays parked as it was.
     if let Err(message) = crate::bridge::check_answers(&host.bridge, &input.tool_results) {
         if let Some(bridge) = live {
-            // Back to draining as it was (the store keeps the run's own
-            // expiry; the drainer's is at most one TTL from now).
-            let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
-            env.runs.keep_live(
-                run_id,
-                claimed.generation,
-                unix_ms().saturating_add(ttl_ms),
-                bridge,
-            );
+            hand_back(env, run_id, claimed.generation, bridge);
         }
         return Err(input_failure(message, (env.telemetry)()));
     }
@@ -95,13 +87,7 @@ pub(super) async fn restore(
             // bridge, whose calls keep running and being recorded.
             let stays_parked = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable);
             if let (Some(bridge), true) = (live, stays_parked) {
-                let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
-                env.runs.keep_live(
-                    run_id,
-                    claimed.generation,
-                    unix_ms().saturating_add(ttl_ms),
-                    bridge,
-                );
+                hand_back(env, run_id, claimed.generation, bridge);
             }
             return Err(failure);
         }
@@ -260,4 +246,13 @@ fn drainers(
             run_id: run_id.to_string(),
             key: env.state_key.cloned(),
         })
+}
+
+/// Puts the live bridge of a run that stays parked back to draining, as
+/// it was (the store keeps the run's own expiry; the drainer's is at most
+/// one TTL from now).
+fn hand_back(env: &CellEnv<'_>, run_id: &str, generation: u64, bridge: Bridge) {
+    let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
+    env.runs
+        .keep_live(run_id, generation, unix_ms().saturating_add(ttl_ms), bridge);
 }
