@@ -545,6 +545,11 @@ fn first_line(child: &mut std::process::Child) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
 }
 
+/// A fresh file for `count_nap` to count its runs in.
+fn counter_file() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()))
+}
+
 /// Runs the tool counted in `counter`.
 fn runs(counter: &std::path::Path) -> usize {
     std::fs::read_to_string(counter)
@@ -561,8 +566,7 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
     let url = quickcell::testing::postgres_database();
     let key = key_file("drain");
     for replay_safe in [false, true] {
-        let counter =
-            std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+        let counter = counter_file();
         let a = counting_host(500, &counter, 3, replay_safe);
         let b = counting_host(30_000, &counter, 3, replay_safe);
         let (mut parking, run_id) = park_on(&a, &url, &key, "return await count_nap({})");
@@ -598,7 +602,7 @@ fn a_host_resuming_a_run_waits_for_the_calls_its_parking_host_runs() {
 fn a_host_resuming_a_run_awaits_many_calls_of_its_parking_host() {
     let url = quickcell::testing::postgres_database();
     let key = key_file("many");
-    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    let counter = counter_file();
     let a = counting_host(500, &counter, 2, false);
     let b = counting_host(30_000, &counter, 2, false);
     let code = "const calls = []; for (let i = 0; i < 12; i++) calls.push(count_nap({i})); return (await Promise.all(calls)).map((r) => r.input.i);";
@@ -624,7 +628,7 @@ fn a_host_resuming_a_run_awaits_many_calls_of_its_parking_host() {
 fn a_call_drained_across_a_second_park_elsewhere_is_delivered_once() {
     let url = quickcell::testing::postgres_database();
     let key = key_file("repark");
-    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    let counter = counter_file();
     // A: parks after 0.5 s; its run would expire after 3 s; the call takes 6 s.
     let a = counting_host(500, &counter, 6, false);
     let ttl = "[limits]\nsnapshot_ttl_seconds = 3\n";
@@ -661,8 +665,7 @@ fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
     let url = quickcell::testing::postgres_database();
     let key = key_file("orphan");
     for replay_safe in [true, false] {
-        let counter =
-            std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+        let counter = counter_file();
         let a = counting_host(500, &counter, 30, replay_safe);
         let b = counting_host(30_000, &counter, 1, replay_safe);
         let (mut parking, run_id) = park_on(
@@ -698,7 +701,7 @@ fn a_host_waiting_on_a_dead_hosts_call_applies_the_restart_rule() {
 fn recorded_settlements_are_sealed() {
     let url = quickcell::testing::postgres_database();
     let key = key_file("sealed");
-    let counter = std::env::temp_dir().join(format!("quickcell-count-{}", uuid::Uuid::new_v4()));
+    let counter = counter_file();
     let a = counting_host(300, &counter, 1, false);
     let psql = |sql: &str| {
         let out = Command::new("psql")
