@@ -4,7 +4,8 @@
 use crate::{value, waiting};
 use quickcell::store::{
     ClaimRefused, Claimed, HostStore, MemoryStateStore, ParkedRun, ResultStore, RunStore,
-    SessionStore, StateStore, StoreResult, UsageFilter, UsageRecord, UsageStore, UsageTotals,
+    SessionStore, SettlementWatch, SqliteStateStore, StateStore, StoreResult, UsageFilter,
+    UsageRecord, UsageStore, UsageTotals,
 };
 use quickcell::{ExecInput, Owner, Runtime, WaitInput};
 use serde_json::json;
@@ -25,13 +26,35 @@ fn runtime_and_its_futures_are_send_and_sync() {
     send(&runtime);
 }
 
-/// An embedder's backend: the in-memory store, counting what reaches it.
-#[derive(Default)]
+/// An embedder's backend: another store (the in-memory one by default),
+/// counting what reaches it; it refuses the first `refused_records`
+/// settlements recorded.
 struct Counting {
-    inner: MemoryStateStore,
+    inner: Arc<dyn StateStore>,
     parks: AtomicUsize,
     claims: AtomicUsize,
     commits: AtomicUsize,
+    records: AtomicUsize,
+    refused_records: AtomicUsize,
+}
+
+impl Default for Counting {
+    fn default() -> Self {
+        Self::over(Arc::new(MemoryStateStore::default()))
+    }
+}
+
+impl Counting {
+    fn over(inner: Arc<dyn StateStore>) -> Self {
+        Self {
+            inner,
+            parks: AtomicUsize::new(0),
+            claims: AtomicUsize::new(0),
+            commits: AtomicUsize::new(0),
+            records: AtomicUsize::new(0),
+            refused_records: AtomicUsize::new(0),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -67,6 +90,16 @@ impl RunStore for Counting {
         request_id: u64,
         settlement: &str,
     ) -> StoreResult<bool> {
+        self.records.fetch_add(1, SeqCst);
+        let refuse = self
+            .refused_records
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if refuse {
+            return Err(quickcell::store::StoreError::from(anyhow::anyhow!(
+                "the store is down"
+            )));
+        }
         self.inner
             .record_settlement(run_id, request_id, settlement)
             .await
@@ -85,8 +118,25 @@ impl RunStore for Counting {
     }
 }
 
-/// One process's runs: no hosts to tell apart (the trait's defaults).
-impl HostStore for Counting {}
+#[async_trait::async_trait]
+impl HostStore for Counting {
+    async fn announce_host(&self) -> StoreResult<Option<String>> {
+        self.inner.announce_host().await
+    }
+    async fn host_alive(&self, host: &str) -> StoreResult<bool> {
+        self.inner.host_alive(host).await
+    }
+    async fn watch_settlements(&self, run_id: &str) -> StoreResult<SettlementWatch> {
+        self.inner.watch_settlements(run_id).await
+    }
+    async fn recorded_settlements(
+        &self,
+        run_id: &str,
+        request_ids: &[u64],
+    ) -> StoreResult<Vec<(u64, String)>> {
+        self.inner.recorded_settlements(run_id, request_ids).await
+    }
+}
 
 #[async_trait::async_trait]
 impl SessionStore for Counting {
@@ -153,7 +203,7 @@ impl UsageStore for Counting {
 
 impl StateStore for Counting {
     fn is_shared(&self) -> bool {
-        false
+        self.inner.is_shared()
     }
 }
 
@@ -204,4 +254,50 @@ async fn an_embedders_state_store_holds_parked_runs_and_session_values() {
         0,
         "the run is gone"
     );
+}
+
+/// A drainer retries a store that refuses its records: the settlement of a
+/// call still running when the cell parked is recorded at the third
+/// attempt, and a `wait` of another runtime on the same store (which has
+/// no live bridge, so it restores the snapshot and awaits the call from
+/// the host draining it) gets it; the call ran once.
+#[tokio::test]
+async fn a_drainer_retries_records_the_store_refuses() {
+    let dir = std::env::temp_dir().join(format!("quickcell-retry-{}", uuid::Uuid::new_v4()));
+    let store = Arc::new(Counting::over(Arc::new(
+        SqliteStateStore::open(Some(&dir)).unwrap(),
+    )));
+    store.refused_records.store(2, SeqCst);
+    let count = dir.join("runs");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/nap.sh");
+    let config = quickcell::Config::parse(&format!(
+        "[[tools]]\nname = \"nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"1\"]\n",
+        script.display().to_string(),
+        count.display().to_string(),
+    ))
+    .unwrap();
+    let runtime = async |timeout_ms| {
+        Runtime::builder()
+            .state_store(store.clone())
+            .limits(quickcell::Limits::default().with_timeout_ms(timeout_ms))
+            .tools(quickcell::ToolRegistry::from_config(&config).unwrap())
+            .build()
+            .await
+            .unwrap()
+    };
+    let (parking, resuming) = (runtime(300).await, runtime(20_000).await);
+    let r = parking
+        .exec(ExecInput::new("nap", "return await nap({n: 7})"))
+        .await;
+    let run_id = waiting(&r).run_id.clone();
+    let r = resuming.wait(WaitInput::new(&run_id)).await;
+    assert_eq!(value(&r), json!({"napped": {"n": 7}}));
+    assert_eq!(
+        store.records.load(SeqCst),
+        3,
+        "two refused, the third recorded"
+    );
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1);
+    drop((parking, resuming));
+    std::fs::remove_dir_all(dir).unwrap();
 }
