@@ -25,9 +25,7 @@ pub struct MemoryStateStore {
     wakers: super::SettlementWakers,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use super::lock;
 
 struct MemoryRun {
     run: ParkedRun,

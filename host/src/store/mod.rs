@@ -200,6 +200,12 @@ impl RunRow<'_> {
     }
 }
 
+/// A backend's mutex, also after a panic while it was held (what it guards
+/// stays consistent: each holder changes it in one step).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The error of a write under a lease that a later claim replaced.
 pub(crate) fn fenced(run_id: &str) -> String {
     format!("run {run_id} was claimed by another wait since this one's claim lapsed; its write is refused")

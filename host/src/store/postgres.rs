@@ -23,11 +23,11 @@
 //! that channel (opened at its first watch, reconnected when lost) and
 //! wakes the watches of the runs named.
 
+use super::{lock, UsageFilter, UsageRecord, UsageStore, UsageTotals, MAX_USAGE_RECORDS_LISTED};
 use super::{
     ClaimRefused, Claimed, HostStore, Owner, ParkedRun, ResultStore, RunCounts, RunStore,
     SessionStore, SettlementWakers, SettlementWatch, StateStore, StoreResult,
 };
-use super::{UsageFilter, UsageRecord, UsageStore, UsageTotals, MAX_USAGE_RECORDS_LISTED};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -634,10 +634,6 @@ impl HostStore for PostgresStateStore {
         };
         Ok(work.await?)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Sets `host`'s deadline [`HOST_LIVENESS_TTL`] past the database's now.
@@ -1352,6 +1348,25 @@ mod tests {
             agent_run: "a".into(),
             session: "s".into(),
         }
+    }
+
+    /// The pool's size is kept within 1 and its maximum; timeouts are at
+    /// least a millisecond.
+    #[test]
+    fn limits_are_clamped_to_their_range() {
+        let limits = PostgresLimits::default();
+        assert_eq!(limits.max_connections(), DEFAULT_POSTGRES_CONNECTIONS);
+        assert_eq!(limits.with_max_connections(64).max_connections(), 64);
+        assert_eq!(limits.with_max_connections(0).max_connections(), 1);
+        assert_eq!(
+            limits.with_max_connections(100_000).max_connections(),
+            MAX_POSTGRES_CONNECTIONS
+        );
+        let instant = limits
+            .with_connect_timeout(Duration::ZERO)
+            .with_statement_timeout(Duration::ZERO);
+        assert_eq!(instant.connect_timeout, Duration::from_millis(1));
+        assert_eq!(instant.statement_timeout, Duration::from_millis(1));
     }
 
     /// A statement past the statement timeout (a claim of a row another

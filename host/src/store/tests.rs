@@ -389,6 +389,13 @@ async fn settlements_by_request(store: &dyn StateStore) {
     let mut run = parked("r1", 10_000);
     run.awaiting = vec![1, 2, 3];
     store.park(run).await.unwrap();
+    let claim = async || {
+        store
+            .claim("r1", &owner("a", "s"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap()
+    };
     let settlement = |id: u64, v: &str| format!("{{\"id\":{id},\"v\":\"{v}\"}}");
     assert!(store
         .record_settlement("r1", 1, &settlement(1, "a"))
@@ -399,11 +406,7 @@ async fn settlements_by_request(store: &dyn StateStore) {
         .record_settlement("r1", 1, &settlement(1, "b"))
         .await
         .unwrap());
-    let first = store
-        .claim("r1", &owner("a", "s"), 1, 100)
-        .await
-        .unwrap()
-        .unwrap();
+    let first = claim().await;
     assert_eq!(first.settlements, vec![(1, settlement(1, "a"))]);
     // Recorded while a `wait` resumes the run.
     let mut watch = store.watch_settlements("r1").await.unwrap();
@@ -443,11 +446,7 @@ async fn settlements_by_request(store: &dyn StateStore) {
         .record_settlement("r1", 3, &settlement(3, "a"))
         .await
         .unwrap());
-    let second = store
-        .claim("r1", &owner("a", "s"), 1, 100)
-        .await
-        .unwrap()
-        .unwrap();
+    let second = claim().await;
     assert_eq!(second.generation, 2);
     assert_eq!(
         second.settlements,
