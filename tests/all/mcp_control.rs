@@ -169,11 +169,11 @@ fn an_mcp_cancel_over_http_aborts_the_running_cell() {
 
 /// Steps that leave a parked run (its tool `nap_a` running) and a running
 /// cell (`nap_b`, held open by `awaitResults`) when the session ends.
-fn park_and_run() -> Value {
+fn park_and_run(scratch: &Scratch) -> Value {
     json!([
         {"op": "call_tool", "name": "exec", "args": {"title": "park", "code": "return await nap_a({})", "restartSafe": false}},
         {"op": "call_tool", "name": "exec", "args": {"title": "run", "code": "return await nap_b({})", "awaitResults": true}, "background": true},
-        {"op": "sleep", "seconds": 2},
+        {"op": "wait_file", "path": scratch.path("nap_b")},
     ])
 }
 
@@ -191,7 +191,7 @@ fn released(scratch: &Scratch, out: &[Value]) {
 #[test]
 fn stdio_eof_releases_the_session() {
     let scratch = Scratch::new("[limits]\ntimeout_ms = 1000\n");
-    let out = run(park_and_run(), &args(&scratch.stdio()));
+    let out = run(park_and_run(&scratch), &args(&scratch.stdio()));
     released(&scratch, &out);
 }
 
@@ -201,7 +201,7 @@ fn stdio_eof_releases_the_session() {
 fn http_delete_releases_the_session() {
     let scratch = Scratch::new("[limits]\ntimeout_ms = 1000\n");
     let server = scratch.http();
-    let out = run(park_and_run(), &["--http", &server.url]);
+    let out = run(park_and_run(&scratch), &["--http", &server.url]);
     released(&scratch, &out);
     let out = run(
         json!([{"op": "call_tool", "name": "exec", "args": exec("return 3")}]),
