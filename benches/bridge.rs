@@ -10,7 +10,7 @@
 //!
 //! - `mcp_1_call`, `mcp_10_sequential`: the same through a downstream MCP
 //!   server over stdio (`fixtures/mcp/server.py`, Python `mcp` SDK; skipped
-//!   when `scripts/setup` has not installed `.venv-mcp`). Most of this is
+//!   when `scripts/setup-tests` has not installed `.venv-mcp`). Most of this is
 //!   the Python server's own time.
 //!
 //! Run with `cargo bench --bench bridge`.
@@ -93,7 +93,7 @@ fn benches(c: &mut Criterion) {
 fn mcp_benches(c: &mut Criterion) {
     let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-mcp/bin/python");
     if !std::path::Path::new(python).exists() {
-        eprintln!("mcp benches skipped: run scripts/setup to install .venv-mcp");
+        eprintln!("mcp benches skipped: run scripts/setup-tests to install .venv-mcp");
         return;
     }
     let rt = tokio::runtime::Builder::new_current_thread()

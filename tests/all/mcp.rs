@@ -1,6 +1,6 @@
 //! `quickcell serve`: MCP over stdio and streamable HTTP, driven by the
 //! official Python MCP SDK (`fixtures/mcp/client.py`, installed into
-//! `.venv-mcp` by `scripts/setup`).
+//! `.venv-mcp` by `scripts/setup-tests`).
 
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -26,7 +26,7 @@ pub(crate) fn run(steps: Value, target: &[&str]) -> Vec<Value> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run the Python MCP client (scripts/setup installs it)");
+        .expect("run the Python MCP client (scripts/setup-tests installs it)");
     child
         .stdin
         .take()

@@ -1,6 +1,6 @@
 //! Downstream MCP servers as tools: a real server written with the Python
 //! `mcp` SDK (`fixtures/mcp/server.py`, installed into `.venv-mcp` by
-//! `scripts/setup`), reached over stdio and streamable HTTP.
+//! `scripts/setup-tests`), reached over stdio and streamable HTTP.
 
 use crate::mcp::{python, HttpServer};
 use crate::{json, value};

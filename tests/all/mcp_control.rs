@@ -261,7 +261,7 @@ fn a_long_exec_reports_progress() {
 
 /// `[mcp.servers.everything]`: the reference MCP server from npm
 /// (`@modelcontextprotocol/server-everything`, run by Node 22 from
-/// `.npm-mcp`, which `scripts/setup` installs).
+/// `.npm-mcp`, which `scripts/setup-tests` installs).
 fn everything_server() -> String {
     let npm = concat!(env!("CARGO_MANIFEST_DIR"), "/.npm-mcp/node_modules");
     format!(
