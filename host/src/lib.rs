@@ -2,7 +2,7 @@
 //! WebAssembly, under Wasmtime, with deterministic fuel metering and memory
 //! limits.
 //!
-//! ```no_run
+//! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), quickcell::Error> {
 //! use quickcell::{ExecInput, Limits, Runtime};
@@ -83,6 +83,19 @@ pub use config::{
     MAX_SUSPENDED_RUNS,
 };
 pub use engine::{module_cache_dir, GuestOrigin};
+
+/// The guest build this quickcell carries: the SHA-256 of its guest module,
+/// hex encoded. `quickcell --version` prints its first 16 digits.
+pub fn guest_build() -> &'static str {
+    engine::GUEST_SHA256
+}
+
+/// The engines under the cells: Wasmtime's version, and the JavaScript
+/// engine built into the guest (javy and rquickjs, and the QuickJS-ng
+/// release that rquickjs bundles). A test checks the crate versions against
+/// `Cargo.lock` and `guest/Cargo.lock`.
+pub const ENGINE_VERSIONS: &str =
+    "Wasmtime 48.0.8; guest javy 8.1.0, rquickjs 0.12.2 (QuickJS-ng 0.15.1)";
 pub use error::Error;
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
 pub use progress::{Progress, MAX_PROGRESS_TOOL_NAME_BYTES};

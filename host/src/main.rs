@@ -1,6 +1,6 @@
 //! The `quickcell` command-line interface.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory as _, Parser, Subcommand};
 use quickcell::{
     CellResult, Config, ExecInput, HttpOptions, Owner, Runtime, ServeMode, ToolRegistry, WaitInput,
 };
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// Runs model-written JavaScript cells in QuickJS on Wasmtime.
 #[derive(Parser)]
-#[command(name = "quickcell", version, about)]
+#[command(name = "quickcell", version = version_text(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,6 +47,70 @@ enum Command {
     /// snapshot bytes). `--json` prints one object whose `fuel` is the
     /// total.
     Usage(UsageArgs),
+    /// Writes a commented starter configuration file (use it with
+    /// `--config`). Refuses to overwrite an existing file.
+    Init(InitArgs),
+    /// Prints the completion script of a shell (e.g. `quickcell completions
+    /// bash > /etc/bash_completion.d/quickcell`).
+    Completions(CompletionsArgs),
+    /// Prints the manual page, in roff (e.g. `quickcell man | man -l -`).
+    Man,
+}
+
+/// `--version`: quickcell's version, the guest build it carries (the first
+/// 16 hex digits of its SHA-256) and the engines.
+fn version_text() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{} (guest {}; {})",
+            env!("CARGO_PKG_VERSION"),
+            &quickcell::guest_build()[..16],
+            quickcell::ENGINE_VERSIONS
+        )
+    })
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// The file to write.
+    #[arg(default_value = "quickcell.toml")]
+    path: PathBuf,
+}
+
+#[derive(Args)]
+struct CompletionsArgs {
+    /// The shell.
+    shell: clap_complete::Shell,
+}
+
+/// The configuration `quickcell init` writes: every table, commented.
+const STARTER_CONFIG: &str = include_str!("starter.toml");
+
+/// `quickcell init`: writes [`STARTER_CONFIG`] to a file that must not
+/// exist yet.
+fn init(args: InitArgs) -> ExitCode {
+    use std::io::Write as _;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&args.path);
+    let written = file.and_then(|mut file| file.write_all(STARTER_CONFIG.as_bytes()));
+    match written {
+        Ok(()) => {
+            eprintln!(
+                "quickcell: wrote {}; use it with --config {}",
+                args.path.display(),
+                args.path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => usage_error(format!(
+            "{} exists; quickcell init does not overwrite a file",
+            args.path.display()
+        )),
+        Err(e) => usage_error(format!("cannot write {}: {e}", args.path.display())),
+    }
 }
 
 #[derive(Args)]
@@ -298,6 +362,22 @@ fn main() -> ExitCode {
         Command::Search(args) => runtime.block_on(search(args)),
         Command::Tools(args) => tools(args),
         Command::Usage(args) => runtime.block_on(usage(args)),
+        Command::Init(args) => init(args),
+        Command::Completions(args) => {
+            clap_complete::generate(
+                args.shell,
+                &mut Cli::command(),
+                "quickcell",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => usage_error(format!("cannot write the manual page: {e}")),
+            }
+        }
     };
     drop(runtime);
     // Outside the async runtime: the exporter's client is a blocking one.
@@ -347,7 +427,7 @@ fn start_otlp_export(command: &Command) -> Result<Option<quickcell::otlp::OtlpEx
         Command::Serve(a) => Some(&a.catalog),
         Command::Search(a) => Some(&a.catalog),
         Command::Tools(a) => Some(a),
-        Command::Usage(_) => None,
+        Command::Usage(_) | Command::Init(_) | Command::Completions(_) | Command::Man => None,
     };
     let telemetry = catalog
         .and_then(|c| c.config.as_ref())

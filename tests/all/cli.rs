@@ -529,3 +529,141 @@ fn exec_and_wait_take_the_whole_contract_input() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--version` names quickcell's version, the guest build it carries and
+/// the engines.
+#[test]
+fn version_names_the_guest_build_and_the_engines() {
+    let out = quickcell().arg("--version").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("quickcell {} (guest ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    assert!(text.contains(&quickcell::guest_build()[..16]), "{text}");
+    assert!(text.contains(quickcell::ENGINE_VERSIONS), "{text}");
+}
+
+/// The engine versions `--version` prints are the ones the lock files pin.
+#[test]
+fn the_engine_versions_are_the_locked_ones() {
+    let locked = |lock: &str, name: &str| -> String {
+        let text = std::fs::read_to_string(lock).unwrap();
+        let entry = format!("name = \"{name}\"\nversion = \"");
+        let at = text
+            .find(&entry)
+            .unwrap_or_else(|| panic!("{name} in {lock}"))
+            + entry.len();
+        text[at..].split('"').next().unwrap().to_string()
+    };
+    let root = env!("CARGO_MANIFEST_DIR");
+    let expected = [
+        format!(
+            "Wasmtime {}",
+            locked(&format!("{root}/Cargo.lock"), "wasmtime")
+        ),
+        format!(
+            "javy {}",
+            locked(&format!("{root}/guest/Cargo.lock"), "javy")
+        ),
+        format!(
+            "rquickjs {}",
+            locked(&format!("{root}/guest/Cargo.lock"), "rquickjs")
+        ),
+    ];
+    for version in expected {
+        assert!(
+            quickcell::ENGINE_VERSIONS.contains(&version),
+            "quickcell::ENGINE_VERSIONS ({}) does not say {version}; update it (and the \
+             QuickJS-ng release rquickjs bundles)",
+            quickcell::ENGINE_VERSIONS
+        );
+    }
+}
+
+/// `quickcell init` writes a starter configuration that runs as it is, whose
+/// commented keys are real keys at their defaults, and never overwrites a
+/// file.
+#[test]
+fn init_writes_a_starter_config_once() {
+    let dir = std::env::temp_dir().join(format!("quickcell-init-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = quickcell().current_dir(&dir).arg("init").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let path = dir.join("quickcell.toml");
+    let written = std::fs::read_to_string(&path).unwrap();
+
+    // It runs as it is.
+    let (code, v, stderr) = run_json(&[
+        "exec",
+        "--config",
+        path.to_str().unwrap(),
+        "--state-dir",
+        dir.join("state").to_str().unwrap(),
+        "--code",
+        "return 6 * 7",
+    ]);
+    assert_eq!((code, &v["value"]), (0, &serde_json::json!(42)), "{stderr}");
+
+    // Every commented `key = value` and table is real: uncommented, the file
+    // loads, and the limits it shows are the defaults.
+    let uncommented: String = written
+        .lines()
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest)
+                if rest.starts_with('[')
+                    || rest.split_once(" = ").is_some_and(|(key, _)| {
+                        key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    }) =>
+            {
+                rest
+            }
+            _ => line,
+        })
+        .fold(String::new(), |text, line| text + line + "\n");
+    assert!(uncommented.contains("\n[[tools]]\n"), "{uncommented}");
+    let full = dir.join("full.toml");
+    std::fs::write(&full, &uncommented).unwrap();
+    let config = quickcell::Config::load(&full).unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    assert_eq!(config.limits, quickcell::Limits::default());
+
+    // A second init refuses, and leaves the file as it was.
+    std::fs::write(&path, "# mine\n").unwrap();
+    let out = quickcell().current_dir(&dir).arg("init").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not overwrite"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "# mine\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Shell completions and the manual page come from the command's own
+/// definition.
+#[test]
+fn completions_and_the_manual_page_are_generated() {
+    let out = quickcell().args(["completions", "bash"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let script = String::from_utf8(out.stdout).unwrap();
+    assert!(script.contains("_quickcell()"), "{script}");
+    for command in ["exec", "wait", "serve", "init"] {
+        assert!(script.contains(command), "{command} in {script}");
+    }
+    let out = quickcell().args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+
+    let out = quickcell().arg("man").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let page = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH quickcell"),
+        "{page}"
+    );
+    assert!(page.contains("exec"), "{page}");
+}
