@@ -662,7 +662,10 @@ fn completions_and_the_manual_page_are_generated() {
     assert_eq!(out.status.code(), Some(0));
     let page = String::from_utf8(out.stdout).unwrap();
     assert!(
-        page.starts_with(".ie") || page.contains(".TH quickcell"),
+        page.contains(&format!(
+            ".TH quickcell 1  \"quickcell {}",
+            env!("CARGO_PKG_VERSION")
+        )),
         "{page}"
     );
     assert!(page.contains("exec"), "{page}");
