@@ -53,8 +53,16 @@ fn main() {
     let os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let precompiled = manifest_dir.join(PRECOMPILED_X86_64_LINUX);
     println!("cargo:rerun-if-changed={}", precompiled.display());
-    let has_compiler = env::var_os("CARGO_FEATURE_COMPILER").is_some();
-    let artifact = if arch == "x86_64" && os == "linux" {
+    // Cranelift is in the build when the `compiler` feature asks for it, and
+    // always on targets without a precompiled guest (Cargo.toml's target
+    // table adds it there): `cfg(quickcell_compiler)` tells the code.
+    let native_artifact = arch == "x86_64" && os == "linux";
+    let has_compiler = env::var_os("CARGO_FEATURE_COMPILER").is_some() || !native_artifact;
+    println!("cargo::rustc-check-cfg=cfg(quickcell_compiler)");
+    if has_compiler {
+        println!("cargo::rustc-cfg=quickcell_compiler");
+    }
+    let artifact = if native_artifact {
         match std::fs::read(&precompiled) {
             Ok(artifact) => artifact,
             Err(e) if has_compiler => {

@@ -18,11 +18,11 @@ root=$(cd "$here/../.." && pwd)
 export ITERATIONS="${ITERATIONS:-50}"
 rounds="${ROUNDS:-3}"
 (cd "$here" && [ -d node_modules ] || npm ci --silent)
-(cd "$root" && cargo bench -q --profile dev --bench compare --no-run 2>/dev/null)
+(cd "$root" && cargo bench -q --profile test --features compiler --bench compare --no-run 2>/dev/null)
 lines=""
 i=0
 while [ "$i" -lt "$rounds" ]; do
-  qc=$(cd "$root" && cargo bench -q --profile dev --bench compare 2>/dev/null | tail -n 1)
+  qc=$(cd "$root" && cargo bench -q --profile test --features compiler --bench compare 2>/dev/null | tail -n 1)
   qw=$(cd "$here" && node quickjs-wasi.mjs | tail -n 1)
   echo "$qc"
   echo "$qw"

@@ -29,9 +29,9 @@
 
 use crate::guest_abi::{self, CellState};
 use anyhow::{anyhow, bail, Context as _, Result};
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 use sha2::{Digest, Sha256};
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +44,7 @@ use wasmtime::{
 /// The guest module (`prebuilt/quickcell_guest.wasm`, or the module given
 /// with `QUICKCELL_GUEST_WASM` at build time). Only a build that can compile
 /// carries it.
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 pub(crate) const GUEST_WASM: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/quickcell_guest.wasm"));
 
@@ -66,19 +66,19 @@ const PRECOMPILED_SHA256: &str = env!("QUICKCELL_PRECOMPILED_SHA256");
 pub(crate) const ARTIFACT_MAGIC: &[u8; 8] = b"qcpre\0v1";
 
 /// The target the precompiled guest is compiled for.
-#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
+#[cfg_attr(not(quickcell_compiler), allow(dead_code))]
 pub(crate) const ARTIFACT_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// The CPU features the precompiled guest may use: Cranelift's
 /// `x86-64-v2` preset (SSE4.2, POPCNT, CMPXCHG16B), which every x86-64 CPU
 /// since 2009 has. On an older CPU it does not fit and the guest is
 /// compiled for that CPU instead.
-#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
+#[cfg_attr(not(quickcell_compiler), allow(dead_code))]
 pub(crate) const ARTIFACT_CPU: &str = "x86-64-v2";
 
 /// The error of a build without the `compiler` feature on a machine the
 /// embedded precompiled guest does not fit.
-#[cfg_attr(feature = "compiler", allow(dead_code))]
+#[cfg_attr(quickcell_compiler, allow(dead_code))]
 pub(crate) const NO_COMPILER: &str = "this quickcell was built without the `compiler` feature and \
      can run only the precompiled guest embedded in it, which does not fit this machine";
 
@@ -346,7 +346,7 @@ fn engine_config() -> Config {
     config.max_wasm_stack(MAX_WASM_STACK);
     config.async_stack_size(MAX_WASM_STACK + (1 << 20));
     config.memory_init_cow(true);
-    #[cfg(feature = "compiler")]
+    #[cfg(quickcell_compiler)]
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     // Profiling aid: with `QUICKCELL_PERFMAP` set, Wasmtime writes
     // `/tmp/perf-<pid>.map`, so `perf report` names the guest's functions.
@@ -579,7 +579,7 @@ fn load_precompiled(engine: &Engine, artifact: &[u8], cache_name: Option<&str>) 
 
 /// The module from the on-disk cache, else pre-initialized and compiled now
 /// (and cached).
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 async fn compiled_module(
     engine: &Engine,
     linker: &Linker<CellState>,
@@ -596,7 +596,7 @@ async fn compiled_module(
     Ok((module, GuestOrigin::Compiled))
 }
 
-#[cfg(not(feature = "compiler"))]
+#[cfg(not(quickcell_compiler))]
 async fn compiled_module(
     _engine: &Engine,
     _linker: &Linker<CellState>,
@@ -609,7 +609,7 @@ async fn compiled_module(
 /// precompiled for [`ARTIFACT_TARGET`] / [`ARTIFACT_CPU`] with
 /// [`engine_config`]. Deterministic: the same guest and Wasmtime give the
 /// same bytes on any machine that can run the pre-initialization.
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 pub(crate) async fn make_precompiled_guest() -> Result<Vec<u8>> {
     let mut config = engine_config();
     config
@@ -636,7 +636,7 @@ pub(crate) async fn make_precompiled_guest() -> Result<Vec<u8>> {
     Ok(artifact)
 }
 
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 fn cache_key(engine: &Engine) -> String {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut hasher);
@@ -687,7 +687,7 @@ fn load_cached(engine: &Engine, path: &Path) -> Option<Module> {
     }
 }
 
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 fn store_cached(module: &Module, path: &Path) {
     let written = module
         .serialize()
@@ -736,7 +736,7 @@ fn write_cache_entry(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Runs the guest's initialization once under wasmtime-wizer; returns the
 /// pre-initialized module's bytes.
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Vec<u8>> {
     let mut store = store_with(engine, CellState::for_preinit())?;
     let wizer = wasmtime_wizer::Wizer::new();

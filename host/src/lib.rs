@@ -45,6 +45,11 @@
 //!   input, syntax errors (with `line:column`) and module access (`require`,
 //!   `import()`), using the oxc JavaScript parser.
 
+/// The README's Rust examples, run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExamples;
+
 mod approval;
 mod bridge;
 mod cell;
@@ -69,6 +74,8 @@ mod server;
 mod source;
 mod state_key;
 pub mod store;
+#[cfg(feature = "tls")]
+mod tls;
 pub mod tools;
 
 pub use approval::{Approval, ApprovalRequest, Approver, MAX_APPROVAL_PREVIEW_BYTES};
@@ -132,7 +139,7 @@ pub mod catalog {
 #[doc(hidden)]
 pub mod testing {
     /// The embedded guest module as built (before pre-initialization).
-    #[cfg(feature = "compiler")]
+    #[cfg(quickcell_compiler)]
     pub fn guest_wasm() -> &'static [u8] {
         crate::engine::GUEST_WASM
     }
@@ -145,7 +152,7 @@ pub mod testing {
 
     /// The precompiled guest made afresh from [`guest_wasm`] by this
     /// Wasmtime: what `prebuilt/quickcell_guest.x86_64-linux.cwasm` must hold.
-    #[cfg(feature = "compiler")]
+    #[cfg(quickcell_compiler)]
     pub async fn make_precompiled_guest() -> anyhow::Result<Vec<u8>> {
         crate::engine::make_precompiled_guest().await
     }

@@ -47,6 +47,7 @@ impl OtlpExport {
     /// cannot be built.
     pub fn start(traces_url: &str) -> Result<Self, crate::Error> {
         crate::config::check_otlp_endpoint(traces_url).map_err(crate::Error::Config)?;
+        crate::tls::install_default_provider();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)

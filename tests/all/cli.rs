@@ -123,6 +123,7 @@ fn config_limits_apply_and_bad_config_is_named() {
     );
 }
 
+#[cfg(feature = "compiler")]
 #[test]
 fn corrupt_module_cache_is_rebuilt() {
     let dir = std::env::temp_dir().join(format!("quickcell-cache-{}", std::process::id()));

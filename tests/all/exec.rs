@@ -324,6 +324,7 @@ async fn exec_json_applies_argument_rules() {
     assert_eq!(failed(&r).code, ErrorCode::InvalidInput);
 }
 
+#[cfg(feature = "compiler")]
 #[test]
 fn guest_module_has_the_expected_shape() {
     quickcell::testing::check_guest_module_shape(quickcell::testing::guest_wasm()).unwrap();

@@ -588,6 +588,7 @@ async fn the_state_store_is_private_to_its_user() {
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
+#[cfg(feature = "compiler")]
 /// Runs `quickcell exec` with a module cache in `cache`; returns stderr.
 fn exec_with_cache(cache: &std::path::Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
@@ -602,6 +603,7 @@ fn exec_with_cache(cache: &std::path::Path) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+#[cfg(feature = "compiler")]
 #[test]
 fn a_module_cache_others_could_write_is_ignored() {
     use std::os::unix::fs::PermissionsExt as _;

@@ -10,6 +10,8 @@ mod cli;
 mod client_tools;
 mod exec;
 mod fuzz;
+// The artifact and compile-on-first-use checks need Cranelift.
+#[cfg(feature = "compiler")]
 mod guest;
 mod hostile;
 mod http;
@@ -22,6 +24,7 @@ mod observability;
 mod output;
 mod policy;
 mod postgres;
+mod readme;
 mod source;
 mod store;
 mod suspend;

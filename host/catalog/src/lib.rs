@@ -139,6 +139,11 @@
 
 #![warn(missing_docs)]
 
+/// The README's examples, run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 mod api_files;
 mod catalog;
 mod error;

@@ -110,6 +110,11 @@
 //! then adds back each strided page's earlier words.
 //! Nothing of the size of the memory is allocated on the way.
 
+/// The README's examples, run as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 mod decoder;
 mod encoder;
 mod format;

@@ -224,10 +224,10 @@ fn sandboxed_wasi(clock_offset_ns: u64) -> WasiP1Ctx {
 
 /// A clock that always reads zero: the guest's pre-initialization sees no
 /// time pass, so the pre-initialized module is the same in every process.
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 struct FrozenClock;
 
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 impl HostMonotonicClock for FrozenClock {
     fn resolution(&self) -> u64 {
         1_000
@@ -237,7 +237,7 @@ impl HostMonotonicClock for FrozenClock {
     }
 }
 
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 impl wasmtime_wasi::HostWallClock for FrozenClock {
     fn resolution(&self) -> std::time::Duration {
         std::time::Duration::from_micros(1)
@@ -255,7 +255,7 @@ impl wasmtime_wasi::HostWallClock for FrozenClock {
 /// process: clock readings taken during initialization are 0, and the keys
 /// of std's hash maps made then are a constant (as public as the binary);
 /// each cell seeds `Math.random` afresh at its start.
-#[cfg(feature = "compiler")]
+#[cfg(quickcell_compiler)]
 fn preinit_wasi() -> WasiP1Ctx {
     use rand::SeedableRng as _;
     let mut builder = WasiCtxBuilder::new();
@@ -331,7 +331,7 @@ impl CellState {
     }
 
     /// State of the guest's pre-initialization ([`preinit_wasi`]).
-    #[cfg(feature = "compiler")]
+    #[cfg(quickcell_compiler)]
     pub(crate) fn for_preinit() -> Self {
         Self {
             wasi: preinit_wasi(),

@@ -323,7 +323,7 @@ fn tls_connector(
             tracing::debug!(added, "system CA certificates for the state store");
         }
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = crate::tls::provider();
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("cannot set up TLS for the state store")?

@@ -131,6 +131,7 @@ impl McpConnection {
                 Ok(().serve(transport).await?)
             }
             McpTransport::Http { url } => {
+                crate::tls::install_default_provider();
                 let transport =
                     rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
                 Ok(().serve(transport).await?)
