@@ -115,8 +115,8 @@ pub use runtime::{Runtime, RuntimeBuilder, SessionClosed};
 #[cfg(feature = "mcp-server")]
 pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
-#[cfg(feature = "sqlite")]
 pub use state_key::{StateKey, MAX_STATE_KEY_BYTES, MIN_STATE_KEY_BYTES, STATE_KEY_FILE};
+#[cfg(feature = "sqlite")]
 pub use store::STATE_FILE;
 pub use store::{Owner, StateStore};
 /// The cancel token of [`ExecInput::with_cancel`] and [`WaitInput::with_cancel`]

@@ -58,7 +58,8 @@ mod settlement;
 mod timers;
 
 #[cfg(feature = "mcp-server")]
-pub(crate) use calls::{approval_denied, PERMISSION_CHANGED};
+pub(crate) use calls::approval_denied;
+pub(crate) use calls::PERMISSION_CHANGED;
 pub(crate) use catalog::{CellTools, ToolsForCells};
 use remote::Landed;
 pub(crate) use remote::{recorded, Drainers};
