@@ -457,8 +457,25 @@ fn load(args: &CatalogArgs) -> Result<(Config, ToolRegistry), String> {
 
 /// `quickcell search`: connects to the configured MCP servers too, so
 /// their tools are found.
+///
+/// Its default and cap are those of the search it stands for: Tool
+/// Search's (`[tool_search]`) when the configuration turns Tool Search on,
+/// else a cell's `catalog.search` (`[limits]` `search_default_limit`,
+/// `max_search_limit`).
 async fn search(args: SearchArgs) -> ExitCode {
-    let runtime = match build_runtime(&args.catalog, None).await {
+    let (config, registry) = match load(&args.catalog) {
+        Ok(loaded) => loaded,
+        Err(e) => return usage_error(e),
+    };
+    let limits = if config.tool_search.active() {
+        config.tool_search.search_limits()
+    } else {
+        quickcell::catalog::SearchLimits {
+            default_limit: config.limits.search_default_limit() as usize,
+            max_limit: config.limits.max_search_limit() as usize,
+        }
+    };
+    let runtime = match runtime_with_limits(config, registry, None, Some(limits)).await {
         Ok(rt) => rt,
         Err(code) => return code,
     };

@@ -64,6 +64,51 @@ fn cli_search_ranks_workspace_tools() {
     assert!(hits[0]["input"].as_str().unwrap().contains("path"));
 }
 
+/// `quickcell search` takes the default and cap of the search it stands
+/// for: a cell's (`[limits]`), or Tool Search's once `[tool_search]` turns
+/// it on. Obeyed: the configured default; violated: a `--limit` over the
+/// cap gets the cap.
+#[test]
+fn cli_search_obeys_the_configured_search_limits() {
+    let dir = std::env::temp_dir().join(format!("quickcell-search-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tools: String = (0..12)
+        .map(|i| {
+            format!(
+                "[[tools]]\nname = \"ledger_entry_{i}\"\ndescription = \"Post a ledger entry\"\n\
+                 input_schema = {{ type = \"object\" }}\ncommand = [\"/bin/true\"]\n"
+            )
+        })
+        .collect();
+    let hits = |config: &str, limit: Option<&str>| -> usize {
+        let cfg = dir.join("search.toml");
+        std::fs::write(&cfg, format!("{config}\n{tools}")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+        command
+            .args(["search", "ledger entry", "--config"])
+            .arg(&cfg);
+        if let Some(limit) = limit {
+            command.args(["--limit", limit]);
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["results"][0]["hits"].as_array().unwrap().len()
+    };
+    assert_eq!(hits("", None), 8, "the default default");
+    assert_eq!(hits("[limits]\nsearch_default_limit = 5", None), 5);
+    assert_eq!(hits("[limits]\nmax_search_limit = 6", Some("11")), 6);
+    assert_eq!(hits("[limits]\nmax_search_limit = 6", Some("4")), 4);
+    assert_eq!(hits("[tool_search]\nsearch_default_limit = 3", None), 3);
+    assert_eq!(
+        hits("[tool_search]\nlean = true", Some("11")),
+        10,
+        "the lean profile's cap"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn cli_tools_prints_the_directory() {
     let dir = std::env::temp_dir().join(format!("quickcell-tools-{}", std::process::id()));

@@ -29,6 +29,8 @@ mod source;
 mod store;
 mod suspend;
 mod usage;
+// The guest module is embedded for tests only with Cranelift.
+#[cfg(feature = "compiler")]
 mod wit;
 
 use quickcell::{CellResult, ExecInput, Limits, Runtime};

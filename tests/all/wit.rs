@@ -36,7 +36,6 @@ fn signatures(resolve: &Resolve, world: WorldId) -> BTreeSet<String> {
     out
 }
 
-#[cfg(feature = "compiler")]
 #[test]
 fn guest_conforms_to_the_wit_world() {
     let wasm = quickcell::testing::guest_wasm();
