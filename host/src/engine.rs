@@ -384,7 +384,7 @@ fn engine_config() -> Config {
 /// it is trusted only when it cannot have been written by anyone else:
 /// directories quickcell creates are mode 0700 and entries 0600, and an
 /// entry is used only if it and its directory belong to the current user
-/// and neither is writable by group or others (see [`cache_trusted`]).
+/// and neither is writable by group or others (see `cache_trusted` in the source).
 /// Anything else is ignored: the module is compiled afresh, and not written
 /// into an untrusted directory.
 pub fn module_cache_dir() -> PathBuf {

@@ -230,7 +230,7 @@ macro_rules! call_controls {
             /// its tool calls get their cancel signal (command tools: the
             /// process group is killed), its store writes are discarded,
             /// its slot is freed and a resumed run is removed. Guest code
-            /// stops within one fuel slice ([`crate::engine::YIELD_FUEL`]);
+            /// stops within one fuel slice (1,000,000 units);
             /// a cell waiting on tools stops at once. A token cancelled
             /// before the call starts aborts it before any guest code runs.
             pub fn with_cancel(mut self, token: CancellationToken) -> Self {

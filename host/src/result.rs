@@ -43,7 +43,7 @@ pub struct Completed {
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
-    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// untrusted-content envelope ([`quickcell_catalog::wrap_untrusted`]); the
     /// structured result is unchanged. Not serialized.
     #[serde(skip)]
     pub untrusted_source: Option<&'static str>,
@@ -75,7 +75,7 @@ pub struct Waiting {
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
-    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// untrusted-content envelope ([`quickcell_catalog::wrap_untrusted`]); the
     /// structured result is unchanged. Not serialized.
     #[serde(skip)]
     pub untrusted_source: Option<&'static str>,
@@ -152,7 +152,7 @@ pub struct Failed {
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
-    /// untrusted-content envelope ([`crate::catalog::wrap_untrusted`]); the
+    /// untrusted-content envelope ([`quickcell_catalog::wrap_untrusted`]); the
     /// structured result is unchanged. Not serialized.
     #[serde(skip)]
     pub untrusted_source: Option<&'static str>,
