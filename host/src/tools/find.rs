@@ -2,8 +2,8 @@
 
 use super::args::Args;
 use super::ls::open_dir;
+use super::rooted::{cancelled, run_blocking, RelPath, Workspace};
 use super::walk::{walk, End, Entry, Flow, MAX_WALK_ENTRIES};
-use super::workspace::{cancelled, run_blocking, RelPath, Workspace};
 use super::{async_trait, CancelSignal, Tool, ToolError};
 use globset::{GlobBuilder, GlobMatcher};
 use serde_json::{json, Value};
@@ -194,7 +194,7 @@ fn find(
 
 #[cfg(test)]
 mod tests {
-    use super::super::workspace::test_support::{check_schema, TempDir};
+    use super::super::rooted::test_support::{check_schema, TempDir};
     use super::super::ToolErrorCode;
     use super::*;
 

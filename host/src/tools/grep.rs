@@ -2,11 +2,11 @@
 
 use super::args::Args;
 use super::find::{entry_cap_notice, NameGlob};
-use super::walk::{walk, End, Flow, Kind};
-use super::workspace::{
+use super::rooted::{
     cancelled, cut_at_char_boundary, io_error, looks_binary, open_for_reading, run_blocking,
     special_file_error, RelPath, Workspace,
 };
+use super::walk::{walk, End, Flow, Kind};
 use super::{async_trait, CancelSignal, Tool, ToolError};
 use regex::bytes::{Regex, RegexBuilder};
 use serde_json::{json, Map, Value};
@@ -330,7 +330,7 @@ fn excerpt(line: &[u8], at: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::workspace::test_support::{check_schema, TempDir};
+    use super::super::rooted::test_support::{check_schema, TempDir};
     use super::super::ToolErrorCode;
     use super::*;
 

@@ -1,8 +1,8 @@
 //! The `ls` workspace tool (see [`super::workspace`] for its contract).
 
 use super::args::Args;
+use super::rooted::{io_error, run_blocking, RelPath, Workspace};
 use super::walk::Kind;
-use super::workspace::{io_error, run_blocking, RelPath, Workspace};
 use super::{async_trait, CancelSignal, Tool, ToolError};
 use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
@@ -133,7 +133,7 @@ fn list(
     let mut heap: BinaryHeap<(OsString, Kind)> = BinaryHeap::new();
     for entry in read {
         if cancel.is_cancelled() {
-            return Err(super::workspace::cancelled(NAME));
+            return Err(super::rooted::cancelled(NAME));
         }
         let entry = entry.map_err(|e| io_error(NAME, &shown, e))?;
         let name = entry.file_name();
@@ -195,7 +195,7 @@ fn list(
 
 #[cfg(test)]
 mod tests {
-    use super::super::workspace::test_support::{check_schema, TempDir};
+    use super::super::rooted::test_support::{check_schema, TempDir};
     use super::super::ToolErrorCode;
     use super::*;
 

@@ -55,6 +55,7 @@ mod find;
 mod grep;
 mod ls;
 mod read;
+mod rooted;
 mod walk;
 
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! The `read` workspace tool (see [`super::workspace`] for its contract).
 
 use super::args::Args;
-use super::workspace::{
+use super::rooted::{
     cut_at_char_boundary, io_error, looks_binary, run_blocking, RelPath, Workspace,
     BINARY_SNIFF_BYTES,
 };
@@ -116,14 +116,14 @@ fn read_page(
             "{NAME}: `.` is a directory; use ls to list it"
         )));
     }
-    let (file, meta) = super::workspace::open_for_reading(ws.dir(), rel.fs_path()).map_err(io)?;
+    let (file, meta) = super::rooted::open_for_reading(ws.dir(), rel.fs_path()).map_err(io)?;
     if meta.is_dir() {
         return Err(ToolError::tool(format!(
             "{NAME}: `{shown}` is a directory; use ls to list it"
         )));
     }
     if !meta.is_file() {
-        return Err(super::workspace::special_file_error(NAME, &shown));
+        return Err(super::rooted::special_file_error(NAME, &shown));
     }
     let mut prefix = Vec::with_capacity(BINARY_SNIFF_BYTES);
     let mut file = file;
@@ -157,7 +157,7 @@ fn read_page(
     let mut line = Vec::new();
     loop {
         if cancel.is_cancelled() {
-            return Err(super::workspace::cancelled(NAME));
+            return Err(super::rooted::cancelled(NAME));
         }
         if lines == limit {
             if !r.fill_buf().map_err(io)?.is_empty() {
@@ -290,7 +290,7 @@ fn skip_in_line(r: &mut impl BufRead, cursor: u64) -> io::Result<Result<(), &'st
 
 #[cfg(test)]
 mod tests {
-    use super::super::workspace::test_support::{check_schema, TempDir};
+    use super::super::rooted::test_support::{check_schema, TempDir};
     use super::super::ToolErrorCode;
     use super::*;
 

@@ -188,7 +188,7 @@ impl State<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::workspace::test_support::TempDir;
+    use super::super::rooted::test_support::TempDir;
     use super::*;
 
     fn open(tmp: &TempDir) -> Dir {
