@@ -52,6 +52,7 @@ fn the_first_command_runs_the_demo_cell() {
         .iter()
         .all(|c| c.as_str().unwrap().starts_with("host/src/")));
     assert_eq!(result["telemetry"]["callCount"], 3);
+    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
@@ -77,6 +78,7 @@ fn the_python_sdk_example_talks_to_quickcell_serve() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "6\n");
     // `quickcell serve` kept its state in the working directory.
     assert!(dir.join(".quickcell").is_dir());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn tempdir() -> std::path::PathBuf {
