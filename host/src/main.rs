@@ -95,7 +95,12 @@ fn init(args: InitArgs) -> ExitCode {
         .write(true)
         .create_new(true)
         .open(&args.path);
-    let written = file.and_then(|mut file| file.write_all(STARTER_CONFIG.as_bytes()));
+    let written = file.and_then(|mut file| {
+        file.write_all(STARTER_CONFIG.as_bytes()).inspect_err(|_| {
+            // The file is ours (just created): leave no half-written config.
+            let _ = std::fs::remove_file(&args.path);
+        })
+    });
     match written {
         Ok(()) => {
             eprintln!(
@@ -505,12 +510,8 @@ fn tools(args: CatalogArgs) -> ExitCode {
     }
 }
 
-/// Builds the runtime for a command that runs cells (or, without a state
-/// directory, one that only looks at the catalog).
-async fn build_runtime(
-    catalog: &CatalogArgs,
-    state: Option<&StateArgs>,
-) -> Result<Runtime, ExitCode> {
+/// Builds the runtime for a command that runs cells.
+async fn build_runtime(catalog: &CatalogArgs, state: &StateArgs) -> Result<Runtime, ExitCode> {
     let (config, registry) = load(catalog).map_err(usage_error)?;
     runtime_from(config, registry, state).await
 }
@@ -519,9 +520,9 @@ async fn build_runtime(
 async fn runtime_from(
     config: Config,
     registry: ToolRegistry,
-    state: Option<&StateArgs>,
+    state: &StateArgs,
 ) -> Result<Runtime, ExitCode> {
-    runtime_with_limits(config, registry, state, None).await
+    runtime_with_limits(config, registry, Some(state), None).await
 }
 
 /// [`runtime_from`] for `serve`, with Tool Search's limits.
@@ -675,7 +676,7 @@ async fn exec(args: ExecArgs) -> ExitCode {
             Ok(input) => input,
             Err(code) => return code,
         };
-        let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+        let runtime = match build_runtime(&args.catalog, &args.state).await {
             Ok(r) => r,
             Err(code) => return code,
         };
@@ -700,7 +701,7 @@ async fn exec(args: ExecArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -718,7 +719,7 @@ async fn wait(args: WaitArgs) -> ExitCode {
         (None, Some(run_id)) => serde_json::json!({ "runId": run_id }),
         (None, None) => return usage_error("give the run id, or --input"),
     };
-    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -727,7 +728,7 @@ async fn wait(args: WaitArgs) -> ExitCode {
 }
 
 async fn cancel(args: CancelArgs) -> ExitCode {
-    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -747,7 +748,7 @@ async fn usage(args: UsageArgs) -> ExitCode {
         state_key_file: args.state_key_file.clone(),
         session: "default".into(),
     };
-    let runtime = match runtime_from(Config::default(), ToolRegistry::new(), Some(&state)).await {
+    let runtime = match runtime_from(Config::default(), ToolRegistry::new(), &state).await {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -835,7 +836,7 @@ async fn run(args: RunArgs) -> ExitCode {
         .title
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
-    let runtime = match build_runtime(&args.catalog, Some(&args.state)).await {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => r,
         Err(code) => return code,
     };
