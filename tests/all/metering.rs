@@ -204,3 +204,78 @@ fn fuel_is_the_same_across_processes() {
     assert_eq!(fuel(&parked) + fuel(&resumed), inline[0]);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `gated`: answers `{"n": n}` once the test opens gate `n`, then reports
+/// that it answered, so a test decides the order in which calls finish.
+struct Gated {
+    gates: Vec<Arc<tokio::sync::Notify>>,
+    answered: tokio::sync::mpsc::UnboundedSender<u64>,
+}
+
+#[async_trait]
+impl Tool for Gated {
+    fn name(&self) -> &str {
+        "gated"
+    }
+    fn description(&self) -> &str {
+        "Answers when the test opens its gate"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}})
+    }
+    async fn call(&self, args: Value, _cancel: CancelSignal) -> Result<Value, ToolError> {
+        let n = args["n"].as_u64().unwrap_or(0);
+        self.gates[n as usize].notified().await;
+        let _ = self.answered.send(n);
+        Ok(json!({"n": n}))
+    }
+}
+
+/// Settlements that are ready together reach the guest in request order,
+/// whatever order the tools finished in (operations.md §4.1): the cell
+/// parks at `yield_control()` with three calls running, they finish in
+/// every order while it is parked, and the `wait` that resumes it spends
+/// the same fuel and returns the same value each time.
+#[tokio::test]
+async fn settlements_ready_together_are_delivered_in_request_order() {
+    let code = format!(
+        "{CHURN} const ps = [gated({{n: 0}}), gated({{n: 1}}), gated({{n: 2}})]; \
+         const seen = []; ps.forEach((p) => p.then((r) => seen.push(r.n))); \
+         await yield_control(); const rs = await Promise.all(ps); \
+         return {{seen, rs: rs.map((r) => r.n), busy: churn(5000)}};"
+    );
+    let orders: [[usize; 3]; 4] = [[0, 1, 2], [2, 1, 0], [1, 0, 2], [2, 0, 1]];
+    let mut seen = Vec::new();
+    for order in orders {
+        let gates: Vec<_> = (0..3).map(|_| Arc::new(tokio::sync::Notify::new())).collect();
+        let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
+        let mut registry = ToolRegistry::new();
+        registry
+            .add(Arc::new(Gated {
+                gates: gates.clone(),
+                answered,
+            }))
+            .unwrap();
+        let rt = Runtime::builder().tools(registry).build().await.unwrap();
+        let parked = rt.exec(ExecInput::new("order", code.as_str())).await;
+        let CellResult::Waiting(w) = &parked else {
+            panic!("parks at yield_control: {}", value(&parked));
+        };
+        let run_id = w.run_id.clone();
+        for n in order {
+            gates[n].notify_one();
+            assert_eq!(answers.recv().await, Some(n as u64));
+        }
+        // The tools answered; their settlements land in the parked run's
+        // bridge as soon as this (single-threaded) test yields.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = rt.wait(WaitInput::new(run_id)).await;
+        let v = value(&done);
+        assert_eq!(v["seen"], json!([0, 1, 2]), "{v}");
+        seen.push((order, parked.telemetry().fuel_used, done.telemetry().fuel_used));
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0].1 == w[1].1 && w[0].2 == w[1].2),
+        "fuel varies with the order the tools finished in: {seen:?}"
+    );
+}

@@ -240,7 +240,8 @@ pub(crate) struct Bridge {
     parked: bool,
     tokens: HashMap<u64, CancellationToken>,
     queued: VecDeque<BridgeRequest>,
-    /// Settlements waiting for delivery, oldest first.
+    /// Settlements waiting for delivery, in the order they landed (they
+    /// are delivered by request id: [`Bridge::take_ready`]).
     ready: VecDeque<Settlement>,
     yields: Vec<u64>,
     outstanding: BTreeMap<u64, Outstanding>,
@@ -713,12 +714,24 @@ impl Bridge {
         self.pump();
     }
 
-    /// The oldest settlement ready for the guest, taken: settlements are
-    /// delivered one per guest call, so the guest's work — and the fuel it
-    /// is charged — depends on the order of the settlements and not on how
-    /// many happened to be ready at once (operations.md §4.1).
+    /// The ready settlement with the lowest request id, taken.
+    ///
+    /// Settlements are delivered one per guest call, so the guest's work —
+    /// and the fuel it is charged — depends on the order of the
+    /// settlements and not on how many happened to be ready at once; and
+    /// of the settlements ready together, the one the guest asked for first
+    /// goes first, whatever order the tools finished in (operations.md
+    /// §4.1). Only settlements that become ready while the guest is taking
+    /// others can reach it in an order set by timing (docs/decisions.md,
+    /// "Delivery order"). Linear in the ready settlements, which the queue
+    /// cap bounds.
     pub(crate) fn take_ready(&mut self) -> Option<Settlement> {
-        self.ready.pop_front()
+        let (first, _) = self
+            .ready
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, settlement)| settlement.id)?;
+        self.ready.remove(first)
     }
 
     /// Bytes of the settlements waiting for delivery.
