@@ -66,6 +66,7 @@ mod ledger;
 pub mod otlp;
 mod output;
 mod progress;
+mod quota;
 mod registry;
 mod result;
 mod runtime;

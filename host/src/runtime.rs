@@ -9,7 +9,7 @@ use crate::engine::{self, GuestOrigin, SharedEngine};
 use crate::error::Error;
 use crate::input::{ExecInput, WaitInput};
 use crate::registry::ToolRegistry;
-use crate::result::{CellResult, McpOutage, Telemetry};
+use crate::result::{CellResult, ErrorCode, McpOutage, Telemetry};
 use crate::store::{MemoryStateStore, Owner, StateStore, UsageFilter, UsageRecord, UsageTotals};
 use crate::tools::mcp::{McpClients, McpServerConfig};
 use quickcell_catalog::{Catalog, Policy};
@@ -275,7 +275,7 @@ impl RuntimeBuilder {
             tools_for_cells,
             approver: self.approver,
             ledger: crate::ledger::Ledger::start(store.clone()),
-            quotas: self.quotas,
+            quotas: crate::quota::QuotaGate::new(self.quotas),
             runs,
             store,
             state_key,
@@ -406,7 +406,7 @@ pub struct Runtime {
     tools_for_cells: ToolsForCells,
     approver: Option<Arc<dyn Approver>>,
     ledger: crate::ledger::Ledger,
-    quotas: Quotas,
+    quotas: crate::quota::QuotaGate,
     runs: Arc<RunRegistry>,
     store: Arc<dyn StateStore>,
     /// Seals the snapshots the store keeps ([`RuntimeBuilder::state_key`]).
@@ -488,8 +488,10 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         &'a self,
         telemetry: &'a (dyn Fn() -> Telemetry + Sync),
         stats: &'a CallStats,
+        fuel_allowance: Option<u64>,
     ) -> CellEnv<'a> {
         CellEnv {
+            fuel_allowance,
             shared: &self.shared,
             limits: &self.limits,
             tools: &self.cell_tools,
@@ -512,13 +514,14 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Must be awaited inside a Tokio runtime (tool calls and timers run as
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
-        if let Some(refused) = self.over_quota(&input.owner.session, true).await {
-            return refused;
-        }
+        let admission = match self.admit(&input.owner.session, true).await {
+            Ok(admission) => admission,
+            Err(refused) => return refused,
+        };
         let started = std::time::Instant::now();
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
-        let env = self.env(&telemetry, &stats);
+        let env = self.env(&telemetry, &stats, admission.allowance);
         let span = call_span("exec", &input.owner.session);
         let result = self
             .admitted(&input.owner.session, |session| {
@@ -526,6 +529,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             })
             .instrument(span.clone())
             .await;
+        let result = self.quota_cut(result, &admission);
         record_call(&span, &result, &stats);
         crate::instruments::call_finished("exec", &result);
         self.ledger
@@ -563,15 +567,19 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
         // A cancel frees; only a resume is refused over the fuel quota.
-        if !input.cancel {
-            if let Some(refused) = self.over_quota(&input.owner.session, false).await {
-                return refused;
+        let admission = if input.cancel {
+            None
+        } else {
+            match self.admit(&input.owner.session, false).await {
+                Ok(admission) => Some(admission),
+                Err(refused) => return refused,
             }
-        }
+        };
+        let allowance = admission.as_ref().and_then(|a| a.allowance);
         let started = std::time::Instant::now();
         let stats = CallStats::default();
         let telemetry = || self.telemetry();
-        let env = self.env(&telemetry, &stats);
+        let env = self.env(&telemetry, &stats, allowance);
         let span = call_span("wait", &input.owner.session);
         span.record("run_id", input.run_id.as_str());
         let result = self
@@ -580,6 +588,10 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             })
             .instrument(span.clone())
             .await;
+        let result = match &admission {
+            Some(admission) => self.quota_cut(result, admission),
+            None => result,
+        };
         record_call(&span, &result, &stats);
         crate::instruments::call_finished("wait", &result);
         let run_id = Some(input.run_id.as_str()).filter(|id| !id.is_empty());
@@ -589,68 +601,46 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         result
     }
 
-    /// The `quota_exceeded` failure of a call of `session` over a quota
-    /// (`exec`: the fuel and cell-rate quotas; `wait`: the fuel quota), or
-    /// `None`. Nothing runs and nothing is recorded for a refused call. A
-    /// ledger that cannot be read refuses too (fail closed).
-    async fn over_quota(&self, session: &str, exec: bool) -> Option<CellResult> {
-        if self.quotas.is_empty() {
-            return None;
-        }
-        self.ledger.flush().await;
-        let now = crate::clock::unix_ms();
-        let refuse = |message: String| {
-            Some(self.with_outage(cell::quota_failure(message, self.telemetry())))
-        };
-        // Fail closed: a ledger that cannot be read admits nothing.
-        let unreadable = |e: crate::store::StoreError| {
-            Some(self.with_outage(cell::host_failure(
-                format!("InternalError: the usage ledger cannot be read to check this session's quotas: {e:#}"),
-                self.telemetry(),
-            )))
-        };
-        let frees_in = |first: Option<u64>, window: u64| {
-            first
-                .map_or(0, |t| t.saturating_add(window).saturating_sub(now))
-                .div_ceil(1000)
-        };
-        let session_filter = UsageFilter::all().session(session);
-        if let Some(max) = self.quotas.fuel_per_session_per_hour() {
-            const HOUR: u64 = 3_600_000;
-            match self
-                .store
-                .usage_totals(&session_filter.clone().since_ms(now.saturating_sub(HOUR)))
-                .await
-            {
-                Ok(used) if used.fuel >= max => {
-                    return refuse(format!(
-                        "quota exceeded: fuel_per_session_per_hour ({} of {max} fuel used in the last hour); it frees as calls age out of the hour, the first in {} s.",
-                        used.fuel,
-                        frees_in(used.first_at_ms, HOUR)
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) => return unreadable(e),
+    /// Admits a call of `session` under the quotas (see the `quota`
+    /// module: a fuel quota reserves the call's fuel), or the
+    /// `quota_exceeded` failure of a call over one. Nothing runs and
+    /// nothing is recorded for a refused call. A ledger that cannot be
+    /// read refuses too (fail closed). Keep the admission until the call's
+    /// usage record is written.
+    async fn admit(
+        &self,
+        session: &str,
+        exec: bool,
+    ) -> Result<crate::quota::Admission, CellResult> {
+        use crate::quota::Refusal;
+        self.quotas
+            .admit(
+                &*self.store,
+                &self.ledger,
+                session,
+                exec,
+                self.limits.fuel(),
+            )
+            .await
+            .map_err(|refusal| {
+                self.with_outage(match refusal {
+                    Refusal::Quota(message) => cell::quota_failure(message, self.telemetry()),
+                    Refusal::Unreadable(message) => cell::host_failure(message, self.telemetry()),
+                })
+            })
+    }
+
+    /// A call that ran out of the fuel its admission cut to what was left
+    /// of the session's fuel quota failed on the quota, not on its own
+    /// `fuel` limit: `quota_exceeded`.
+    fn quota_cut(&self, mut result: CellResult, admission: &crate::quota::Admission) -> CellResult {
+        if let (Some(allowance), CellResult::Failed(failed)) = (admission.allowance, &mut result) {
+            if failed.code == ErrorCode::FuelExhausted {
+                failed.code = ErrorCode::QuotaExceeded;
+                failed.error = self.quotas.cut_short(allowance);
             }
         }
-        if let (true, Some(max)) = (exec, self.quotas.cells_per_session_per_minute()) {
-            const MINUTE: u64 = 60_000;
-            let filter = session_filter
-                .kind("exec")
-                .since_ms(now.saturating_sub(MINUTE));
-            match self.store.usage_totals(&filter).await {
-                Ok(used) if used.calls >= max => {
-                    return refuse(format!(
-                        "quota exceeded: cells_per_session_per_minute ({} of {max} cells in the last minute); it frees in {} s.",
-                        used.calls,
-                        frees_in(used.first_at_ms, MINUTE)
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) => return unreadable(e),
-            }
-        }
-        None
+        result
     }
 
     /// Sums the usage ledger (operations.md §4.2): one record per `exec` /

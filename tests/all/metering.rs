@@ -247,7 +247,9 @@ async fn settlements_ready_together_are_delivered_in_request_order() {
     let orders: [[usize; 3]; 4] = [[0, 1, 2], [2, 1, 0], [1, 0, 2], [2, 0, 1]];
     let mut seen = Vec::new();
     for order in orders {
-        let gates: Vec<_> = (0..3).map(|_| Arc::new(tokio::sync::Notify::new())).collect();
+        let gates: Vec<_> = (0..3)
+            .map(|_| Arc::new(tokio::sync::Notify::new()))
+            .collect();
         let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
         let mut registry = ToolRegistry::new();
         registry
@@ -272,10 +274,15 @@ async fn settlements_ready_together_are_delivered_in_request_order() {
         let done = rt.wait(WaitInput::new(run_id)).await;
         let v = value(&done);
         assert_eq!(v["seen"], json!([0, 1, 2]), "{v}");
-        seen.push((order, parked.telemetry().fuel_used, done.telemetry().fuel_used));
+        seen.push((
+            order,
+            parked.telemetry().fuel_used,
+            done.telemetry().fuel_used,
+        ));
     }
     assert!(
-        seen.windows(2).all(|w| w[0].1 == w[1].1 && w[0].2 == w[1].2),
+        seen.windows(2)
+            .all(|w| w[0].1 == w[1].1 && w[0].2 == w[1].2),
         "fuel varies with the order the tools finished in: {seen:?}"
     );
 }

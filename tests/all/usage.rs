@@ -184,20 +184,28 @@ async fn the_cell_rate_quota_refuses_before_anything_runs() {
 #[tokio::test]
 async fn the_fuel_quota_refuses_exec_and_wait_and_loses_nothing() {
     let dir = std::env::temp_dir().join(format!("quickcell-quota-{}", uuid::Uuid::new_v4()));
+    let alice = owner("alice");
+    let park =
+        || ExecInput::new("park", "await yield_control(); return 'kept'").with_owner(alice.clone());
+    // The quota is what parking the cell costs and 1,000,000 more, which a
+    // second cell spends.
+    let unlimited = Runtime::builder().build().await.unwrap();
+    let cost = unlimited.exec(park()).await.telemetry().fuel_used;
+    let quota = cost + 1_000_000;
     let limited = Runtime::builder()
         .state_dir(&dir)
-        .quotas(quickcell::Quotas::default().with_fuel_per_session_per_hour(1))
+        .quotas(quickcell::Quotas::default().with_fuel_per_session_per_hour(quota))
         .build()
         .await
         .unwrap();
-    let alice = owner("alice");
-    let r = limited
-        .exec(
-            ExecInput::new("park", "await yield_control(); return 'kept'")
-                .with_owner(alice.clone()),
-        )
-        .await;
+    let r = limited.exec(park()).await;
     let id = waiting(&r).run_id.clone();
+    assert_eq!(r.telemetry().fuel_used, cost);
+    let r = limited
+        .exec(ExecInput::new("spin", "while (true) {}").with_owner(alice.clone()))
+        .await;
+    assert_eq!(failed(&r).code, quickcell::ErrorCode::QuotaExceeded);
+    assert_eq!(r.telemetry().fuel_used, 1_000_000);
     for r in [
         limited
             .exec(ExecInput::new("again", "return 1").with_owner(alice.clone()))
@@ -215,7 +223,8 @@ async fn the_fuel_quota_refuses_exec_and_wait_and_loses_nothing() {
             f.error
         );
         assert!(
-            f.error.contains("of 1 fuel used in the last hour"),
+            f.error
+                .contains(&format!("({quota} of {quota} fuel used in the last hour)")),
             "{}",
             f.error
         );
@@ -225,4 +234,111 @@ async fn the_fuel_quota_refuses_exec_and_wait_and_loses_nothing() {
     let r = open.wait(WaitInput::new(&id).with_owner(alice)).await;
     assert_eq!(crate::value(&r), json!("kept"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Four cells of `session` at once, each spinning until its fuel runs out.
+async fn spin_four(rt: &Runtime, session: &str) -> Vec<CellResult> {
+    let spin = |i: u32| {
+        rt.exec(ExecInput::new(format!("spin {i}"), "while (true) {}").with_owner(owner(session)))
+    };
+    let (a, b, c, d) = tokio::join!(spin(0), spin(1), spin(2), spin(3));
+    vec![a, b, c, d]
+}
+
+/// `fuel_per_session_per_hour` is hard for calls running at once
+/// (violated): each call reserves its fuel before it runs — its own
+/// 4,000,000, or what is left of the quota — so four cells that would
+/// spend 16,000,000 together spend exactly the 10,000,000 of the quota.
+/// The call given only the rest fails with `quota_exceeded` once it has
+/// spent it; a call that finds nothing left is refused before it runs.
+/// The ledger and the results agree; another session is unaffected.
+#[tokio::test]
+async fn the_fuel_quota_holds_for_cells_running_at_once() {
+    let rt = Runtime::builder()
+        .limits(quickcell::Limits::default().with_fuel(quickcell::Fuel::Limited(4_000_000)))
+        .quotas(quickcell::Quotas::default().with_fuel_per_session_per_hour(10_000_000))
+        .build()
+        .await
+        .unwrap();
+    let results = spin_four(&rt, "alice").await;
+    let spent: u64 = results.iter().map(|r| r.telemetry().fuel_used).sum();
+    assert_eq!(spent, 10_000_000, "{results:?}");
+    let ledger = rt
+        .usage(&UsageFilter::all().session("alice"))
+        .await
+        .unwrap();
+    assert_eq!(ledger.fuel, 10_000_000);
+    let codes: Vec<_> = results.iter().map(|r| failed(r).code).collect();
+    let own_limit = codes
+        .iter()
+        .filter(|c| **c == quickcell::ErrorCode::FuelExhausted)
+        .count();
+    assert_eq!(own_limit, 2, "two calls ran to their own limit: {codes:?}");
+    let cut = results
+        .iter()
+        .filter(|r| r.telemetry().fuel_used == 2_000_000)
+        .map(failed)
+        .collect::<Vec<_>>();
+    assert_eq!(cut.len(), 1, "{results:?}");
+    assert_eq!(cut[0].code, quickcell::ErrorCode::QuotaExceeded);
+    assert!(
+        cut[0].error.starts_with("quota exceeded: fuel_per_session_per_hour (10000000 fuel an hour): this call was given the 2000000 fuel left"),
+        "{}",
+        cut[0].error
+    );
+    let refused = results
+        .iter()
+        .find(|r| r.telemetry().fuel_used == 0)
+        .map(failed)
+        .expect("the fourth call is refused");
+    assert_eq!(refused.code, quickcell::ErrorCode::QuotaExceeded);
+    assert_eq!(refused.failure_phase, quickcell::FailurePhase::Input);
+    // Another session has its own quota.
+    let bob = rt
+        .exec(ExecInput::new("spin", "while (true) {}").with_owner(owner("bob")))
+        .await;
+    assert_eq!(failed(&bob).code, quickcell::ErrorCode::FuelExhausted);
+    assert_eq!(bob.telemetry().fuel_used, 4_000_000);
+}
+
+/// Within the quota (obeyed), cells running at once spend what they spend
+/// without one: the reservation changes nothing a cell can see. (Each
+/// reserves its call limit, 50,000,000; the quota holds four of them.)
+#[tokio::test]
+async fn cells_within_the_fuel_quota_run_as_without_one() {
+    let limits = quickcell::Limits::default().with_fuel(quickcell::Fuel::Limited(50_000_000));
+    let cell = |i: u32| {
+        ExecInput::new(
+            format!("sum {i}"),
+            "let s = 0; for (let i = 0; i < 10000; i++) s += i; return s",
+        )
+        .with_owner(owner("alice"))
+    };
+    let free = Runtime::builder()
+        .limits(limits.clone())
+        .build()
+        .await
+        .unwrap();
+    let expected = free.exec(cell(0)).await.telemetry().fuel_used;
+    let rt = Runtime::builder()
+        .limits(limits)
+        .quotas(quickcell::Quotas::default().with_fuel_per_session_per_hour(200_000_000))
+        .build()
+        .await
+        .unwrap();
+    let (a, b, c, d) = tokio::join!(
+        rt.exec(cell(1)),
+        rt.exec(cell(2)),
+        rt.exec(cell(3)),
+        rt.exec(cell(4))
+    );
+    for r in [&a, &b, &c, &d] {
+        assert_eq!(crate::value(r), json!(49_995_000));
+        assert_eq!(r.telemetry().fuel_used, expected);
+    }
+    let ledger = rt
+        .usage(&UsageFilter::all().session("alice"))
+        .await
+        .unwrap();
+    assert_eq!(ledger.fuel, expected * 4);
 }

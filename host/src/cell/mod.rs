@@ -99,6 +99,9 @@ enum Ending {
 pub(crate) struct CellEnv<'a> {
     pub shared: &'a Arc<SharedEngine>,
     pub limits: &'a Limits,
+    /// The fuel this call may spend when a quota cut it below
+    /// `limits.fuel()` (the `quota` module).
+    pub fuel_allowance: Option<u64>,
     pub tools: &'a Arc<CellTools>,
     /// Builds the tools of a cell that declares client tools.
     pub tools_for_cells: &'a crate::bridge::ToolsForCells,
@@ -228,9 +231,10 @@ async fn instantiate(
         clock_offset_ns,
         deadline_ns,
     );
-    let fuel = match env.limits.fuel() {
-        Fuel::Limited(n) => n,
-        Fuel::Unlimited => u64::MAX,
+    let fuel = match (env.fuel_allowance, env.limits.fuel()) {
+        (Some(allowance), _) => allowance,
+        (None, Fuel::Limited(n)) => n,
+        (None, Fuel::Unlimited) => u64::MAX,
     };
     if let Err(e) = store.set_fuel(fuel) {
         return Err(host_failure(

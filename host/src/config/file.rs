@@ -42,7 +42,10 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
     let raw = RawConfig::deserialize(document).map_err(|e| Problem::from_serde(Some(text), &e))?;
     Ok(Config {
         limits: raw.limits.map_or_else(Limits::default, RawLimits::limits),
-        host: raw.host.map_or_else(HostLimits::default, RawHost::limits),
+        host: match raw.host {
+            Some(host) => host.limits(text)?,
+            None => HostLimits::default(),
+        },
         http: raw.http.map_or_else(HttpLimits::default, RawHttp::limits),
         tools: match raw.tools {
             Some(Tools(entries)) => tools(text, entries)?,
@@ -258,42 +261,101 @@ impl RawLimits {
     }
 }
 
-/// `[host]`.
+/// `[host]`: the operator's host-wide caps and the shares of them. Unlike
+/// `[limits]` (the contract's rule: any value, non-positive → default), a
+/// value here outside its range is an error naming the key: a share of 0
+/// or one larger than what it is a share of is a mistake in the file, not
+/// something to correct silently and discover at run time.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawHost {
-    max_suspended_runs: Option<Setting>,
-    max_suspended_runs_per_session: Option<Setting>,
-    max_running_cells_per_session: Option<Setting>,
-    max_await_results_ms: Option<Setting>,
-    approval_timeout_ms: Option<Setting>,
+    max_suspended_runs: Option<Spanned<Setting>>,
+    max_suspended_runs_per_session: Option<Spanned<Setting>>,
+    max_running_cells_per_session: Option<Spanned<Setting>>,
+    max_await_results_ms: Option<Spanned<Setting>>,
+    approval_timeout_ms: Option<Spanned<Setting>>,
 }
 
 impl RawHost {
-    fn limits(self) -> HostLimits {
-        apply(
-            HostLimits::default(),
-            [
-                // First, so the share is clamped to it.
-                (self.max_suspended_runs, HostLimits::with_max_suspended_runs),
-                (
-                    self.max_suspended_runs_per_session,
-                    HostLimits::with_max_suspended_runs_per_session,
-                ),
-                (
-                    self.max_running_cells_per_session,
-                    HostLimits::with_max_running_cells_per_session,
-                ),
-                (
-                    self.max_await_results_ms,
-                    HostLimits::with_max_await_results_ms,
-                ),
-                (
-                    self.approval_timeout_ms,
-                    HostLimits::with_approval_timeout_ms,
-                ),
-            ],
-        )
+    fn limits(self, text: &str) -> Result<HostLimits, Problem> {
+        use super::host_range as range;
+        let mut host = HostLimits::default();
+        if let Some(n) = strict(
+            text,
+            "max_suspended_runs",
+            self.max_suspended_runs,
+            range::SUSPENDED_RUNS,
+        )? {
+            host = host.with_max_suspended_runs(n);
+        }
+        // Checked against the total set above (or its default).
+        let share = (1, host.max_suspended_runs());
+        if let Some(n) = strict(
+            text,
+            "max_suspended_runs_per_session",
+            self.max_suspended_runs_per_session,
+            share,
+        )? {
+            host = host.with_max_suspended_runs_per_session(n);
+        }
+        if let Some(n) = strict(
+            text,
+            "max_running_cells_per_session",
+            self.max_running_cells_per_session,
+            range::RUNNING_CELLS_PER_SESSION,
+        )? {
+            host = host.with_max_running_cells_per_session(n);
+        }
+        if let Some(n) = strict(
+            text,
+            "max_await_results_ms",
+            self.max_await_results_ms,
+            range::WAIT_MS,
+        )? {
+            host = host.with_max_await_results_ms(n);
+        }
+        if let Some(n) = strict(
+            text,
+            "approval_timeout_ms",
+            self.approval_timeout_ms,
+            range::WAIT_MS,
+        )? {
+            host = host.with_approval_timeout_ms(n);
+        }
+        Ok(host)
+    }
+}
+
+/// A `[host]` key's value: an integer in `min..=max`, else an error that
+/// names the key, the range and what the file says.
+fn strict(
+    text: &str,
+    key: &str,
+    value: Option<Spanned<Setting>>,
+    (min, max): (u64, u64),
+) -> Result<Option<u64>, Problem> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let span = value.span();
+    match value.into_inner() {
+        Setting::Integer(n) if n >= 0 && (min..=max).contains(&(n as u64)) => Ok(Some(n as u64)),
+        setting => {
+            let got = match setting {
+                Setting::Integer(n) => n.to_string(),
+                _ => "a value of another type".to_string(),
+            };
+            let what = if key == "max_suspended_runs_per_session" {
+                format!(" (a share of `host.max_suspended_runs`, {max})")
+            } else {
+                String::new()
+            };
+            Err(Problem::at(
+                text,
+                span,
+                format!("`host.{key}`: must be an integer from {min} to {max}{what}, got {got}"),
+            ))
+        }
     }
 }
 
@@ -907,17 +969,65 @@ mod tests {
     #[test]
     fn limit_keys_take_any_value() {
         let config = super::parse(
-            "[limits]\ntimeout_ms = \"5\"\nmax_output_bytes = [1]\nmemory_limit_bytes = { a = 1 }\nmax_snapshot_bytes = 1979-05-27\nsnapshot_ttl_seconds = true\nfuel = true\n[host]\nmax_suspended_runs = 0\nmax_suspended_runs_per_session = 100\n[http]\nmax_sessions = -1\nmax_body_bytes = 1\n",
+            "[limits]\ntimeout_ms = \"5\"\nmax_output_bytes = [1]\nmemory_limit_bytes = { a = 1 }\nmax_snapshot_bytes = 1979-05-27\nsnapshot_ttl_seconds = true\nfuel = true\n[http]\nmax_sessions = -1\nmax_body_bytes = 1\n",
         )
         .unwrap();
         assert_eq!(config.limits, Limits::default());
-        assert_eq!(
-            config.host,
-            HostLimits::default().with_max_suspended_runs_per_session(64)
-        );
-        assert_eq!(config.host.max_suspended_runs_per_session(), 64);
         assert_eq!(config.http.max_sessions(), 1_024);
         assert_eq!(config.http.max_body_bytes(), 1_024);
+    }
+
+    /// `[host]` values inside their ranges are taken as written (a share
+    /// up to the total the same file sets).
+    #[test]
+    fn host_keys_in_range_are_obeyed() {
+        let config = super::parse(
+            "[host]\nmax_suspended_runs = 1000\nmax_suspended_runs_per_session = 1000\nmax_running_cells_per_session = 256\nmax_await_results_ms = 100\napproval_timeout_ms = 86400000\n",
+        )
+        .unwrap();
+        assert_eq!(config.host.max_suspended_runs(), 1000);
+        assert_eq!(config.host.max_suspended_runs_per_session(), 1000);
+        assert_eq!(config.host.max_running_cells_per_session(), 256);
+        assert_eq!(config.host.max_await_results_ms(), 100);
+        assert_eq!(config.host.approval_timeout_ms(), 86_400_000);
+        let config = super::parse("[host]\nmax_running_cells_per_session = 1\n").unwrap();
+        assert_eq!(config.host.max_running_cells_per_session(), 1);
+    }
+
+    /// A `[host]` value outside its range is an error naming the key, its
+    /// range and the value, at the value's position: a share of 0, a
+    /// negative one, one over the total, a value of another type.
+    #[test]
+    fn host_keys_out_of_range_are_refused_by_name() {
+        let error = |text: &str| super::parse(text).unwrap_err().to_string();
+        assert_eq!(
+            error("[host]\nmax_running_cells_per_session = 0\n"),
+            "line 2, column 33: `host.max_running_cells_per_session`: must be an integer from 1 to 256, got 0"
+        );
+        assert_eq!(
+            error("[host]\nmax_running_cells_per_session = 257\n"),
+            "line 2, column 33: `host.max_running_cells_per_session`: must be an integer from 1 to 256, got 257"
+        );
+        assert_eq!(
+            error("[host]\nmax_suspended_runs_per_session = 100\n"),
+            "line 2, column 34: `host.max_suspended_runs_per_session`: must be an integer from 1 to 64 (a share of `host.max_suspended_runs`, 64), got 100"
+        );
+        assert_eq!(
+            error("[host]\nmax_suspended_runs = 10\nmax_suspended_runs_per_session = 11\n"),
+            "line 3, column 34: `host.max_suspended_runs_per_session`: must be an integer from 1 to 10 (a share of `host.max_suspended_runs`, 10), got 11"
+        );
+        assert_eq!(
+            error("[host]\nmax_suspended_runs = -1\n"),
+            "line 2, column 22: `host.max_suspended_runs`: must be an integer from 1 to 100000, got -1"
+        );
+        assert_eq!(
+            error("[host]\nmax_await_results_ms = \"5\"\n"),
+            "line 2, column 24: `host.max_await_results_ms`: must be an integer from 100 to 86400000, got a value of another type"
+        );
+        assert_eq!(
+            error("[host]\napproval_timeout_ms = 99\n"),
+            "line 2, column 23: `host.approval_timeout_ms`: must be an integer from 100 to 86400000, got 99"
+        );
     }
 
     #[test]
@@ -951,7 +1061,7 @@ mod tests {
     }
 
     #[test]
-    fn max_await_results_ms_is_read_and_clamped() {
+    fn max_await_results_ms_is_read_and_checked() {
         let config = super::parse(
             "[host]
 max_await_results_ms = 5000
@@ -959,29 +1069,34 @@ max_await_results_ms = 5000
         )
         .unwrap();
         assert_eq!(config.host.max_await_results_ms(), 5_000);
-        let config = super::parse(
-            "[host]
-max_await_results_ms = 1
-",
-        )
-        .unwrap();
-        assert_eq!(config.host.max_await_results_ms(), 100);
-        let config = super::parse(
-            "[host]
-max_await_results_ms = 0
-",
-        )
-        .unwrap();
-        assert_eq!(config.host.max_await_results_ms(), 600_000);
+        // Out of range: an error naming the key (not clamped).
+        for bad in ["1", "0"] {
+            let text = format!("[host]\nmax_await_results_ms = {bad}\n");
+            let error = super::parse(&text).unwrap_err().to_string();
+            assert!(
+                error.contains(
+                    "`host.max_await_results_ms`: must be an integer from 100 to 86400000"
+                ),
+                "{error}"
+            );
+        }
     }
 
     #[test]
-    fn approval_timeout_ms_is_read_and_clamped() {
+    fn approval_timeout_ms_is_read_and_checked() {
         let timeout = |text: &str| super::parse(text).unwrap().host.approval_timeout_ms();
         assert_eq!(timeout("[host]\napproval_timeout_ms = 2500\n"), 2_500);
-        assert_eq!(timeout("[host]\napproval_timeout_ms = 5\n"), 100);
-        assert_eq!(timeout("[host]\napproval_timeout_ms = 0\n"), 300_000);
         assert_eq!(timeout(""), 300_000);
+        for bad in ["5", "0"] {
+            let text = format!("[host]\napproval_timeout_ms = {bad}\n");
+            let error = super::parse(&text).unwrap_err().to_string();
+            assert!(
+                error.contains(
+                    "`host.approval_timeout_ms`: must be an integer from 100 to 86400000"
+                ),
+                "{error}"
+            );
+        }
     }
 
     #[test]

@@ -201,15 +201,27 @@ impl Limits {
     }
 }
 
+/// The ranges of the [`HostLimits`] values, inclusive: what the setters
+/// clamp to and what the `[host]` table accepts.
+pub(crate) mod host_range {
+    /// `max_suspended_runs`, in runs.
+    pub const SUSPENDED_RUNS: (u64, u64) = (1, 100_000);
+    /// `max_running_cells_per_session`, in cells (the engine's instance
+    /// pool).
+    pub const RUNNING_CELLS_PER_SESSION: (u64, u64) = (1, 256);
+    /// `max_await_results_ms` and `approval_timeout_ms`, in milliseconds.
+    pub const WAIT_MS: (u64, u64) = (100, 86_400_000);
+}
+
 /// Runs that may hold a suspended-run slot at once by default (contract §6;
 /// [`HostLimits::with_max_suspended_runs`] changes it).
 pub const MAX_SUSPENDED_RUNS: usize = 64;
 
 /// Process-wide caps of a runtime and each session's share of them
 /// (operations.md §1.5): what one tenant may hold of what all tenants
-/// share. The `[host]` table of the configuration file sets them, with the
-/// same rule as `[limits]` (non-positive → default, else clamped); so do
-/// the `with_*` setters (0 → the default, else clamped).
+/// share. The `[host]` table of the configuration file sets them, and
+/// refuses a value outside its range with an error naming the key; the
+/// `with_*` setters take 0 as the default and clamp the rest.
 ///
 /// A session over its share gets the ordinary slot error for that call
 /// alone; other sessions are unaffected.
@@ -279,7 +291,8 @@ impl HostLimits {
     /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
     /// the per-session share is lowered to it when needed).
     pub fn with_max_suspended_runs(mut self, n: u64) -> Self {
-        self.max_suspended_runs = limit(n, HOST_LIMITS.max_suspended_runs, 1, 100_000);
+        let (min, max) = host_range::SUSPENDED_RUNS;
+        self.max_suspended_runs = limit(n, HOST_LIMITS.max_suspended_runs, min, max);
         self.max_suspended_runs_per_session = self
             .max_suspended_runs_per_session
             .min(self.max_suspended_runs);
@@ -303,20 +316,23 @@ impl HostLimits {
     /// Sets `max_running_cells_per_session` (clamped to 1–256; 0 → the
     /// default).
     pub fn with_max_running_cells_per_session(mut self, n: u64) -> Self {
+        let (min, max) = host_range::RUNNING_CELLS_PER_SESSION;
         self.max_running_cells_per_session =
-            limit(n, HOST_LIMITS.max_running_cells_per_session, 1, 256);
+            limit(n, HOST_LIMITS.max_running_cells_per_session, min, max);
         self
     }
     /// Sets `max_await_results_ms` (clamped to 100–86,400,000; 0 → the
     /// default).
     pub fn with_max_await_results_ms(mut self, ms: u64) -> Self {
-        self.max_await_results_ms = limit(ms, HOST_LIMITS.max_await_results_ms, 100, 86_400_000);
+        let (min, max) = host_range::WAIT_MS;
+        self.max_await_results_ms = limit(ms, HOST_LIMITS.max_await_results_ms, min, max);
         self
     }
     /// Sets `approval_timeout_ms` (clamped to 100–86,400,000; 0 → the
     /// default).
     pub fn with_approval_timeout_ms(mut self, ms: u64) -> Self {
-        self.approval_timeout_ms = limit(ms, HOST_LIMITS.approval_timeout_ms, 100, 86_400_000);
+        let (min, max) = host_range::WAIT_MS;
+        self.approval_timeout_ms = limit(ms, HOST_LIMITS.approval_timeout_ms, min, max);
         self
     }
 }
