@@ -112,7 +112,7 @@ pub use result::{
     CellResult, Completed, ErrorCode, Failed, FailurePhase, McpOutage, PendingToolCall, Telemetry,
     WaitReason, Waiting,
 };
-pub use runtime::{Runtime, RuntimeBuilder, SessionClosed};
+pub use runtime::{Runtime, RuntimeBuilder, SessionClosed, Shutdown};
 #[cfg(feature = "mcp-server")]
 pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};

@@ -604,16 +604,85 @@ fn exit_status(result: &CellResult) -> ExitCode {
 }
 
 /// Prints a result; a parked cell's tool calls are settled before exit.
-async fn report(runtime: &Runtime, result: CellResult) -> ExitCode {
+async fn report(
+    runtime: &Runtime,
+    result: CellResult,
+    mut signals: tokio::task::JoinHandle<()>,
+) -> ExitCode {
     println!("{}", result.to_json());
-    if let CellResult::Waiting(_) = result {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        runtime.settle_parked_tool_calls().await;
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    if runtime.is_shutting_down() {
+        // The shutdown parked or aborted the cell; it ends the process's
+        // tool calls and writes the ledger.
+        let _ = signals.await;
+    } else {
+        if let CellResult::Waiting(_) = result {
+            // Until the tool calls settle, or a signal shuts down (the
+            // calls still running are then cancelled).
+            tokio::select! {
+                () = runtime.settle_parked_tool_calls() => {}
+                _ = &mut signals => {}
+            }
+        }
+        signals.abort();
     }
     runtime.flush_usage().await;
     exit_status(&result)
 }
+
+/// Resolves at the first SIGTERM or SIGINT (never, when the handlers
+/// cannot be installed).
+async fn termination_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => std::future::pending().await,
+        }
+    }
+    #[cfg(not(unix))]
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Shuts `runtime` down gracefully at SIGTERM or SIGINT
+/// ([`Runtime::shutdown`], `[host] drain_timeout_ms`); the task ends when
+/// the shutdown has.
+fn shut_down_on_signal(runtime: std::sync::Arc<Runtime>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        termination_signal().await;
+        let drain_ms = runtime.host_limits().drain_timeout_ms();
+        eprintln!(
+            "quickcell: shutting down: cells in progress have {drain_ms} ms to finish or park"
+        );
+        let done = runtime
+            .shutdown(std::time::Duration::from_millis(drain_ms))
+            .await;
+        if !done.drained {
+            eprintln!("quickcell: cells still running after {drain_ms} ms were aborted");
+        }
+    })
+}
+
+/// How long a server that has shut its runtime down waits for the open
+/// connections to deliver the last results (an open SSE stream would
+/// keep it forever).
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long `serve` over stdio lets the last results reach stdout once
+/// the runtime has shut down, before it stops serving.
+const STDIO_RESPONSE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reads a cell's source from a file or standard input (`-`), at most one
 /// byte more than [`quickcell::MAX_SOURCE_BYTES`]: a longer source is a
@@ -677,11 +746,12 @@ async fn exec(args: ExecArgs) -> ExitCode {
             Err(code) => return code,
         };
         let runtime = match build_runtime(&args.catalog, &args.state).await {
-            Ok(r) => r,
+            Ok(r) => std::sync::Arc::new(r),
             Err(code) => return code,
         };
+        let signals = shut_down_on_signal(runtime.clone());
         let result = runtime.exec_json_as(Some(args.state.owner()), &input).await;
-        return report(&runtime, result).await;
+        return report(&runtime, result, signals).await;
     }
     let source = match (&args.code, &args.file, &args.stdin) {
         (Some(code), _, _) => code.clone(),
@@ -702,12 +772,13 @@ async fn exec(args: ExecArgs) -> ExitCode {
         .clone()
         .unwrap_or_else(|| quickcell::title_from_source(&source));
     let runtime = match build_runtime(&args.catalog, &args.state).await {
-        Ok(r) => r,
+        Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
+    let signals = shut_down_on_signal(runtime.clone());
     let input = ExecInput::new(title, source).with_owner(args.state.owner());
     let result = runtime.exec(input).await;
-    report(&runtime, result).await
+    report(&runtime, result, signals).await
 }
 
 async fn wait(args: WaitArgs) -> ExitCode {
@@ -720,11 +791,12 @@ async fn wait(args: WaitArgs) -> ExitCode {
         (None, None) => return usage_error("give the run id, or --input"),
     };
     let runtime = match build_runtime(&args.catalog, &args.state).await {
-        Ok(r) => r,
+        Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
+    let signals = shut_down_on_signal(runtime.clone());
     let result = runtime.wait_json_as(Some(args.state.owner()), &input).await;
-    report(&runtime, result).await
+    report(&runtime, result, signals).await
 }
 
 async fn cancel(args: CancelArgs) -> ExitCode {
@@ -877,6 +949,7 @@ fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String
     Ok(HttpOptions {
         limits: config.http.clone(),
         auth_token,
+        ..HttpOptions::default()
     })
 }
 
@@ -911,14 +984,54 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
-    let served = match args.http {
-        Some(addr) => runtime.serve_mcp_http(addr, mode, options).await,
-        None => runtime.serve_mcp_stdio(mode).await,
+    // SIGTERM or SIGINT: stop accepting, let cells finish or park (the
+    // drain time), end the tool calls, write the ledger, exit 0.
+    let stop_serving = tokio_util::sync::CancellationToken::new();
+    let mut server = match args.http {
+        Some(addr) => {
+            let options = quickcell::HttpOptions {
+                shutdown: stop_serving.clone(),
+                ..options
+            };
+            tokio::spawn(runtime.clone().serve_mcp_http(addr, mode, options))
+        }
+        None => tokio::spawn(
+            runtime
+                .clone()
+                .serve_mcp_stdio_until(mode, stop_serving.clone()),
+        ),
+    };
+    let served = tokio::select! {
+        served = &mut server => served,
+        () = termination_signal() => {
+            let drain_ms = runtime.host_limits().drain_timeout_ms();
+            eprintln!("quickcell: shutting down: cells in progress have {drain_ms} ms to finish or park");
+            if args.http.is_some() {
+                // No new connection; requests in progress go on.
+                stop_serving.cancel();
+            }
+            let done = runtime.shutdown(std::time::Duration::from_millis(drain_ms)).await;
+            if !done.drained {
+                eprintln!("quickcell: cells still running after {drain_ms} ms were aborted");
+            }
+            if args.http.is_none() {
+                tokio::time::sleep(STDIO_RESPONSE_GRACE).await;
+                stop_serving.cancel();
+            }
+            match tokio::time::timeout(CLOSE_GRACE, &mut server).await {
+                Ok(served) => served,
+                Err(_) => Ok(Ok(())),
+            }
+        }
     };
     match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
             eprintln!("quickcell: {}", e.chain_message());
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("quickcell: the server task failed: {e}");
             ExitCode::from(1)
         }
     }

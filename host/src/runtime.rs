@@ -17,6 +17,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
+mod shutdown;
+pub use shutdown::Shutdown;
+
 /// Runs `call` to its end, or `None` if it panicked: a panic in one cell's
 /// host code ends that cell (the caller turns it into its
 /// `internal_error`), never the process or other cells. The cell's store,
@@ -425,6 +428,11 @@ impl Runtime {
         &self.limits
     }
 
+    /// The process-wide caps and shares this runtime enforces.
+    pub fn host_limits(&self) -> &HostLimits {
+        &self.runs.limits
+    }
+
     /// Where the process's pre-initialized guest came from: embedded in the
     /// binary (nothing compiled), the on-disk module cache, or compiled by
     /// this process.
@@ -514,6 +522,9 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// Must be awaited inside a Tokio runtime (tool calls and timers run as
     /// Tokio tasks); current-thread and multi-thread runtimes both work.
     pub async fn exec(&self, input: ExecInput) -> CellResult {
+        if let Some(refused) = self.refuse_when_shutting_down() {
+            return refused;
+        }
         let admission = match self.admit(&input.owner.session, true).await {
             Ok(admission) => admission,
             Err(refused) => return refused,
@@ -566,6 +577,9 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// completes, fails or parks again. The run may have been parked by
     /// this runtime or by any other that shares its state directory.
     pub async fn wait(&self, input: WaitInput) -> CellResult {
+        if let Some(refused) = self.refuse_when_shutting_down() {
+            return refused;
+        }
         // A cancel frees; only a resume is refused over the fuel quota.
         let admission = if input.cancel {
             None
@@ -599,6 +613,16 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .record("wait", &input.owner, run_id, &result, started, &stats)
             .await;
         result
+    }
+
+    /// The failure of a call made once [`Runtime::shutdown`] has begun.
+    fn refuse_when_shutting_down(&self) -> Option<CellResult> {
+        self.is_shutting_down().then(|| {
+            cell::unavailable(
+                "this quickcell host is shutting down: nothing ran. Call again (another host sharing the state store, or this one once it has restarted).".to_string(),
+                self.telemetry(),
+            )
+        })
     }
 
     /// Admits a call of `session` under the quotas (see the `quota`

@@ -25,6 +25,7 @@ mod output;
 mod policy;
 mod postgres;
 mod readme;
+mod shutdown;
 mod source;
 mod store;
 mod suspend;

@@ -204,6 +204,21 @@ impl HttpServer {
         self.child.id()
     }
 
+    /// Waits up to `within` for the server to exit; its exit status, or
+    /// `None` while it still runs.
+    pub(crate) fn exited_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
     /// `quickcell serve --http` with a scratch state directory.
     fn start() -> Self {
         let state = scratch_state();

@@ -168,6 +168,9 @@ impl LiveCell {
                         batch = self.bridge.next_settlement(until) => batch,
                         () = approval_changed => Some(None),
                         () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                        // The runtime shuts down: park now (unless a call
+                        // waits for an approval, which cannot park).
+                        () = env.runs.draining.cancelled(), if !awaiting => None,
                     };
                     if awaiting {
                         let blocked = process_nanos().saturating_sub(blocked_since);

@@ -396,7 +396,7 @@ pub(crate) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     })
 }
 
-pub(super) fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
+pub(crate) fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
         mcp_outage: Default::default(),
         untrusted_source: None,

@@ -53,7 +53,7 @@ use crate::result::{
 use crate::source;
 use crate::store::{ClaimRefused, Owner, ParkedRun};
 use finish::*;
-pub(crate) use finish::{host_failure, host_panic, input_failure, quota_failure};
+pub(crate) use finish::{host_failure, host_panic, input_failure, quota_failure, unavailable};
 use quickcell_snapshot::{self as snapshot, Checkpoint, SnapshotError};
 use restore::restore;
 use runs::{RunRegistry, SlotGuard};
@@ -142,7 +142,7 @@ impl CallStats {
 /// its linear memory).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct HostState {
+pub(crate) struct HostState {
     run_id: String,
     agent_run: String,
     session: String,
@@ -150,11 +150,11 @@ struct HostState {
     last_request_id: u64,
     delivered_output_bytes: usize,
     max_output_bytes: usize,
-    restart_safe: bool,
+    pub(crate) restart_safe: bool,
     /// The guest's monotonic clock at the checkpoint, in nanoseconds.
     guest_clock_ns: u64,
     parked_unix_ms: u64,
-    bridge: BridgeState,
+    pub(crate) bridge: BridgeState,
     /// The client tools the cell declared: its catalog is rebuilt from
     /// them wherever it resumes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -514,6 +514,10 @@ impl LiveCell {
     }
 
     fn park_at(&self, env: &CellEnv<'_>) -> Instant {
+        // A runtime shutting down parks what waits at once.
+        if env.runs.draining.is_cancelled() {
+            return Instant::now();
+        }
         let left_ns = self
             .store
             .data()

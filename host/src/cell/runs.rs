@@ -97,6 +97,12 @@ pub(crate) struct RunRegistry {
     /// Runs a `wait` of this process is resuming, with that call's run
     /// token ([`RunRegistry::cancel_resuming`]).
     resuming: Mutex<HashMap<String, CancellationToken>>,
+    /// Cancelled when the runtime begins to shut down: no call starts, and
+    /// cells waiting on host work park at once.
+    pub draining: CancellationToken,
+    /// Cancelled when the shutdown's drain time is over: every cell still
+    /// in progress ends `aborted` (each session's token is its child).
+    stopping: CancellationToken,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
@@ -199,6 +205,8 @@ impl RunRegistry {
             active_by_session: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
             resuming: Mutex::new(HashMap::new()),
+            draining: CancellationToken::new(),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -210,7 +218,7 @@ impl RunRegistry {
             .entry(session.to_string())
             .or_insert_with(|| ActiveSession {
                 count: 0,
-                cancel: CancellationToken::new(),
+                cancel: self.stopping.child_token(),
             });
         if entry.count as u64 >= self.limits.max_running_cells_per_session() {
             return None;
@@ -236,7 +244,7 @@ impl RunRegistry {
         match self.active().get_mut(session) {
             Some(entry) => {
                 // Cells that start after the close get a fresh token.
-                std::mem::take(&mut entry.cancel).cancel();
+                std::mem::replace(&mut entry.cancel, self.stopping.child_token()).cancel();
                 entry.count
             }
             None => 0,
@@ -256,6 +264,42 @@ impl RunRegistry {
             }
             if tokio::time::timeout_at(until, idle).await.is_err() {
                 return !self.active().contains_key(session);
+            }
+        }
+    }
+
+    /// Waits until no cell is in progress in this process, or `within` has
+    /// passed; whether none is.
+    pub(crate) async fn all_idle(&self, within: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.active().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(until, idle).await.is_err() {
+                return self.active().is_empty();
+            }
+        }
+    }
+
+    /// Ends every cell in progress in this process (`aborted`).
+    pub(crate) fn abort_all(&self) {
+        self.stopping.cancel();
+    }
+
+    /// Drops every parked run's bridge this process holds: the tool calls
+    /// still running get their cancel signal and are dropped (a command
+    /// tool's process group is killed). Their runs stay parked in the
+    /// store; whoever resumes them applies the restart rule to those calls.
+    pub(crate) async fn drop_live(&self) {
+        let live: Vec<LiveRun> = self.live().drain().map(|(_, live)| live).collect();
+        for run in live {
+            if let LiveRun::Draining { stop, task, .. } = run {
+                stop.cancel();
+                drop(task.await);
             }
         }
     }

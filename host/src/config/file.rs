@@ -274,6 +274,7 @@ struct RawHost {
     max_running_cells_per_session: Option<Spanned<Setting>>,
     max_await_results_ms: Option<Spanned<Setting>>,
     approval_timeout_ms: Option<Spanned<Setting>>,
+    drain_timeout_ms: Option<Spanned<Setting>>,
 }
 
 impl RawHost {
@@ -321,6 +322,14 @@ impl RawHost {
             range::WAIT_MS,
         )? {
             host = host.with_approval_timeout_ms(n);
+        }
+        if let Some(n) = strict(
+            text,
+            "drain_timeout_ms",
+            self.drain_timeout_ms,
+            range::DRAIN_MS,
+        )? {
+            host = host.with_drain_timeout_ms(n);
         }
         Ok(host)
     }
@@ -911,7 +920,7 @@ mod tests {
         for (text, want) in [
             ("\n\nlimitz = 1\n", "line 3, column 1: unknown key `limitz`; known keys: limits, host, http, tools, workspace, mcp, policy, tool_search, quotas, telemetry, state"),
             ("[limits]\ntimeout = 5\n", "line 2, column 1: unknown key `limits.timeout`; known keys: timeout_ms, memory_limit_bytes, max_output_bytes, max_snapshot_bytes, max_pending_tool_calls, snapshot_ttl_seconds, search_default_limit, max_search_limit, fuel"),
-            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms"),
+            ("[host]\nmax_runs = 5\n", "line 2, column 1: unknown key `host.max_runs`; known keys: max_suspended_runs, max_suspended_runs_per_session, max_running_cells_per_session, max_await_results_ms, approval_timeout_ms, drain_timeout_ms"),
             ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
             ("[workspace]\nroot = \"/\"\nroots = \"/\"\n", "line 3, column 1: unknown key `workspace.roots`; known keys: root"),
             (&format!("{tool}{tool}replay = true\n")[..], "line 11, column 1: tools[1]: unknown key `replay`; known keys: name, description, input_schema, output_schema, command, replay_safe, timeout_ms"),
@@ -990,6 +999,9 @@ mod tests {
         assert_eq!(config.host.max_running_cells_per_session(), 256);
         assert_eq!(config.host.max_await_results_ms(), 100);
         assert_eq!(config.host.approval_timeout_ms(), 86_400_000);
+        let config = super::parse("[host]\ndrain_timeout_ms = 2500\n").unwrap();
+        assert_eq!(config.host.drain_timeout_ms(), 2_500);
+        assert_eq!(HostLimits::default().drain_timeout_ms(), 10_000);
         let config = super::parse("[host]\nmax_running_cells_per_session = 1\n").unwrap();
         assert_eq!(config.host.max_running_cells_per_session(), 1);
     }
@@ -1027,6 +1039,10 @@ mod tests {
         assert_eq!(
             error("[host]\napproval_timeout_ms = 99\n"),
             "line 2, column 23: `host.approval_timeout_ms`: must be an integer from 100 to 86400000, got 99"
+        );
+        assert_eq!(
+            error("[host]\ndrain_timeout_ms = 3600001\n"),
+            "line 2, column 20: `host.drain_timeout_ms`: must be an integer from 100 to 3600000, got 3600001"
         );
     }
 

@@ -211,6 +211,8 @@ pub(crate) mod host_range {
     pub const RUNNING_CELLS_PER_SESSION: (u64, u64) = (1, 256);
     /// `max_await_results_ms` and `approval_timeout_ms`, in milliseconds.
     pub const WAIT_MS: (u64, u64) = (100, 86_400_000);
+    /// `drain_timeout_ms`, in milliseconds.
+    pub const DRAIN_MS: (u64, u64) = (100, 3_600_000);
 }
 
 /// Runs that may hold a suspended-run slot at once by default (contract §6;
@@ -232,6 +234,7 @@ pub struct HostLimits {
     max_running_cells_per_session: u64,
     max_await_results_ms: u64,
     approval_timeout_ms: u64,
+    drain_timeout_ms: u64,
 }
 
 /// [`HostLimits::default`].
@@ -241,6 +244,7 @@ const HOST_LIMITS: HostLimits = HostLimits {
     max_running_cells_per_session: 4,
     max_await_results_ms: 600_000,
     approval_timeout_ms: 300_000,
+    drain_timeout_ms: 10_000,
 };
 
 impl Default for HostLimits {
@@ -286,6 +290,13 @@ impl HostLimits {
     /// 100–86,400,000.
     pub fn approval_timeout_ms(&self) -> u64 {
         self.approval_timeout_ms
+    }
+    /// How long a graceful shutdown (SIGTERM or SIGINT on `serve`, `exec`
+    /// and `wait`; [`crate::Runtime::shutdown`]) lets cells in progress
+    /// complete or park before it aborts them. Unit: milliseconds; scope:
+    /// the process; default 10,000; range 100–3,600,000.
+    pub fn drain_timeout_ms(&self) -> u64 {
+        self.drain_timeout_ms
     }
 
     /// Sets `max_suspended_runs` (clamped to 1–100,000; 0 → the default;
@@ -333,6 +344,13 @@ impl HostLimits {
     pub fn with_approval_timeout_ms(mut self, ms: u64) -> Self {
         let (min, max) = host_range::WAIT_MS;
         self.approval_timeout_ms = limit(ms, HOST_LIMITS.approval_timeout_ms, min, max);
+        self
+    }
+    /// Sets `drain_timeout_ms` (clamped to 100–3,600,000; 0 → the
+    /// default).
+    pub fn with_drain_timeout_ms(mut self, ms: u64) -> Self {
+        let (min, max) = host_range::DRAIN_MS;
+        self.drain_timeout_ms = limit(ms, HOST_LIMITS.drain_timeout_ms, min, max);
         self
     }
 }

@@ -782,13 +782,26 @@ impl Runtime {
     /// client closes stdin. Each connection is one MCP session: its parked
     /// runs and session values are its own.
     pub async fn serve_mcp_stdio(self: Arc<Self>, mode: ServeMode) -> Result<(), Error> {
-        transport::serve_stdio(self, mode)
+        self.serve_mcp_stdio_until(mode, CancellationToken::new())
+            .await
+    }
+
+    /// [`Runtime::serve_mcp_stdio`] that also stops when `shutdown` is
+    /// cancelled (requests still running are dropped: park or cancel the
+    /// runtime's cells first with [`Runtime::shutdown`]).
+    pub async fn serve_mcp_stdio_until(
+        self: Arc<Self>,
+        mode: ServeMode,
+        shutdown: CancellationToken,
+    ) -> Result<(), Error> {
+        transport::serve_stdio(self, mode, shutdown)
             .await
             .map_err(|e| Error::runtime_unavailable("MCP over stdio", e))
     }
 
     /// Serves MCP (the tools `mode` names) over streamable HTTP at
-    /// `http://ADDR/mcp` until the process ends. Each MCP session is its
+    /// `http://ADDR/mcp` until the process ends or `options.shutdown` is
+    /// cancelled. Each MCP session is its
     /// own scope. `options` sets the bearer token and the body, session and
     /// idle caps (operations.md §2); a non-loopback `addr` needs a token.
     pub async fn serve_mcp_http(

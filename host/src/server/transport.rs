@@ -39,6 +39,10 @@ pub struct HttpOptions {
     /// The token (`Authorization: Bearer <token>`); `None` serves without
     /// authentication, which only a loopback address may do.
     pub auth_token: Option<String>,
+    /// Cancel it to stop the server: it accepts no more connections and
+    /// returns once the open ones have closed (cancel the runtime's cells
+    /// or park them first: [`crate::Runtime::shutdown`]).
+    pub shutdown: CancellationToken,
 }
 
 impl HttpOptions {
@@ -66,11 +70,12 @@ impl HttpOptions {
     }
 }
 
-/// Serves MCP over stdin/stdout until the client closes stdin. The connection
-/// is one MCP session with one session id.
+/// Serves MCP over stdin/stdout until the client closes stdin or `shutdown`
+/// is cancelled. The connection is one MCP session with one session id.
 pub(crate) async fn serve_stdio<S: CellService>(
     service: Arc<S>,
     mode: ServeMode,
+    shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let server = McpServer::new(service.clone(), mode, None);
     let session = server.session.clone();
@@ -102,10 +107,17 @@ pub(crate) async fn serve_stdio<S: CellService>(
         }
         Err(error) => return Err(anyhow::anyhow!("MCP stdio handshake failed: {error}")),
     };
+    let cancel = running.cancellation_token();
+    let stopped = shutdown.clone();
+    let stopper = tokio::spawn(async move {
+        stopped.cancelled().await;
+        cancel.cancel();
+    });
     let reason = running
         .waiting()
         .await
         .context("the MCP stdio service stopped abnormally")?;
+    stopper.abort();
     tracing::debug!(%session, ?reason, "MCP stdio connection closed");
     // The session is released before the process goes on (the handler's
     // drop does the same, in the background).
@@ -250,6 +262,7 @@ pub(crate) async fn serve_http<S: CellService>(
     let local = listener.local_addr().unwrap_or(addr);
     tracing::info!(%local, "serving MCP over streamable HTTP at http://{local}/mcp");
     axum::serve(listener, app)
+        .with_graceful_shutdown(options.shutdown.cancelled_owned())
         .await
         .context("the MCP HTTP server stopped")
 }
