@@ -71,9 +71,8 @@
 //!   wins. MCP entries live under `MCP.<server>` and are never shadowed by
 //!   name (two MCP entries with the same id keep the first). Policy and
 //!   direct-only filtering happen before shadowing.
-//! - **Index cache**: every mutation ([`Catalog::add_tool`],
-//!   [`Catalog::update_tool`], [`Catalog::remove_tool`],
-//!   [`Catalog::set_policy`]) rebuilds the effective entries and the BM25
+//! - **Index cache**: a catalog is built once ([`CatalogBuilder`]); its one
+//!   mutation, [`Catalog::set_policy`], rebuilds the effective entries and the BM25
 //!   index at once; signature hints and validators are computed lazily per
 //!   entry and cached.
 //! - **Policy**: allow/deny glob lists (`*` wildcard) matched against the tool

@@ -305,42 +305,6 @@ impl Catalog {
         self.index = builder.finish();
     }
 
-    /// Add a tool (e.g. a client tool for this run). Keeps `counterScope`.
-    pub fn add_tool(&mut self, source: Source, spec: ToolSpec) {
-        self.assembly.push((source, Arc::new(spec)));
-        self.rebuild();
-    }
-
-    /// Replace the definition of every supplied tool with this source and
-    /// name (description or schema changes re-index). Returns whether one
-    /// was found.
-    pub fn update_tool(&mut self, source: &Source, spec: ToolSpec) -> bool {
-        let mut found = false;
-        let spec = Arc::new(spec);
-        for (s, t) in self.assembly.iter_mut() {
-            if s == source && t.name == spec.name {
-                *t = Arc::clone(&spec);
-                found = true;
-            }
-        }
-        if found {
-            self.rebuild();
-        }
-        found
-    }
-
-    /// Remove every supplied tool whose catalog id is `id`. Keeps
-    /// `counterScope`.
-    pub fn remove_tool(&mut self, id: &str) -> bool {
-        let before = self.assembly.len();
-        self.assembly.retain(|(s, t)| s.catalog_id(&t.name) != id);
-        let removed = self.assembly.len() != before;
-        if removed {
-            self.rebuild();
-        }
-        removed
-    }
-
     /// The effective policy.
     pub fn policy(&self) -> &Policy {
         &self.policy

@@ -113,7 +113,7 @@ fn contract_example_2_callable_names_through_catalog() {
 }
 
 #[test]
-fn index_rebuilds_on_changes_and_counters_persist() {
+fn index_rebuilds_on_a_policy_change_and_counters_persist() {
     let mut c = ranking_catalog();
     let scope = c.counter_scope().to_string();
     assert_eq!(scope.len(), 24);
@@ -125,27 +125,21 @@ fn index_rebuilds_on_changes_and_counters_persist() {
         scope,
         "a new catalog gets a new scope"
     );
-    assert!(search(&c, "gizmo").is_empty());
-    // A changed schema introduces a searchable term.
-    assert!(c.update_tool(
-        &Source::Core,
-        ToolSpec::new("read_file", "Read a file from disk").with_input_schema(json!({
-            "type":"object","properties":{"gizmo":{"type":"string"}}}))
-    ));
-    assert_eq!(search(&c, "gizmo"), ["read_file"]);
-    c.add_tool(Source::Client, ToolSpec::new("client_gizmo", "gizmo maker"));
-    assert_eq!(c.counter_scope(), scope);
-    assert!(search(&c, "gizmo").contains(&"client_gizmo".to_string()));
-    assert!(c.remove_tool("client:client:client_gizmo"));
-    assert!(!search(&c, "gizmo").contains(&"client_gizmo".to_string()));
+    // Narrowing the policy re-indexes and keeps the scope.
+    assert_eq!(search(&c, "spreadsheet"), ["spreadsheet_open"]);
+    c.set_policy(Policy {
+        deny: vec!["spreadsheet_open".into()],
+        ..Policy::default()
+    });
+    assert!(search(&c, "spreadsheet").is_empty());
     assert_eq!(c.counter_scope(), scope);
     let t = c.telemetry(&["exec", "wait"]);
-    assert_eq!(t.search_count, 4);
-    assert_eq!(t.catalog_size, 5);
+    assert_eq!(t.search_count, 2);
+    assert_eq!(t.catalog_size, 4);
     assert_eq!(
         t.sources,
         SourceCounts {
-            host: 5,
+            host: 4,
             mcp: 0,
             client: 0
         }
