@@ -729,9 +729,82 @@ fn write_cache_entry(path: &Path, bytes: &[u8]) -> Result<()> {
             return Err(e.into());
         }
         std::fs::rename(&tmp, path)?;
+        prune_cache(dir, path, MAX_MODULE_CACHE_BYTES);
         Ok(())
     };
     write()
+}
+
+/// Most bytes of compiled modules the module cache keeps: a cache entry is
+/// about 8 MB (one per Wasmtime build and engine configuration, and one
+/// copy of each embedded artifact), so this holds the last eight; older
+/// entries are deleted, oldest (by modification time) first, whenever an
+/// entry is written. Unit: bytes; scope: the cache directory.
+pub(crate) const MAX_MODULE_CACHE_BYTES: u64 = 64 << 20;
+
+/// Most directory entries one prune looks at (the directory is the
+/// user's; this bounds the work a crowded one costs).
+const MAX_CACHE_ENTRIES_SCANNED: usize = 4_096;
+
+/// A writer's temporary file older than this was left by a process that
+/// died mid-write, and is deleted.
+const STALE_CACHE_TMP: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+/// Deletes the oldest module cache entries (`guest-*.cwasm`,
+/// `embedded-*.cwasm`) of `dir` until they take at most `cap` bytes, never
+/// `keep` (the entry just written); and temporary files older than
+/// [`STALE_CACHE_TMP`]. Files of other names are left alone. Best effort:
+/// what cannot be read or deleted is skipped.
+fn prune_cache(dir: &Path, keep: &Path, cap: u64) {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let mut entries = Vec::new();
+    for entry in listing.flatten().take(MAX_CACHE_ENTRIES_SCANNED) {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let modified = meta.modified().unwrap_or(now);
+        if name.starts_with(".tmp-") {
+            if now.duration_since(modified).unwrap_or_default() > STALE_CACHE_TMP {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        let is_entry = name.ends_with(".cwasm")
+            && (name.starts_with("guest-") || name.starts_with("embedded-"));
+        if is_entry {
+            entries.push((modified, path, meta.len()));
+        }
+    }
+    let mut total: u64 = entries.iter().map(|(_, _, len)| len).sum();
+    entries.sort_by_key(|(modified, _, _)| *modified);
+    for (_, path, len) in entries {
+        if total <= cap {
+            break;
+        }
+        if path == keep {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::debug!(path = %path.display(), "pruned an old module cache entry");
+                total -= len;
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "cannot prune a module cache entry")
+            }
+        }
+    }
 }
 
 /// Runs the guest's initialization once under wasmtime-wizer; returns the
@@ -752,6 +825,66 @@ async fn preinitialize(engine: &Engine, linker: &Linker<CellState>) -> Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache directory with entries of `len` bytes written `age` seconds
+    /// ago, by name.
+    fn cache_with(entries: &[(&str, u64, u64)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("quickcell-prune-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let now = std::time::SystemTime::now();
+        for (name, len, age) in entries {
+            let file = std::fs::File::create(dir.join(name)).unwrap();
+            file.set_len(*len).unwrap();
+            file.set_modified(now - std::time::Duration::from_secs(*age))
+                .unwrap();
+        }
+        dir
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Within the cap (obeyed) nothing is deleted; over it (violated) the
+    /// oldest entries go first until the rest fit, never the entry just
+    /// written (even when it is the oldest) and never a file of another
+    /// name; a stale temporary file goes, a fresh one stays.
+    #[test]
+    fn the_module_cache_is_pruned_oldest_first_to_its_cap() {
+        let dir = cache_with(&[
+            ("guest-a.cwasm", 40, 400),
+            ("embedded-b.cwasm", 40, 300),
+            ("guest-c.cwasm", 40, 200),
+            ("guest-d.cwasm", 40, 100),
+            ("notes.txt", 1000, 500),
+            (".tmp-1-old", 10, 7_200),
+            (".tmp-2-new", 10, 10),
+        ]);
+        prune_cache(&dir, &dir.join("guest-d.cwasm"), 160);
+        // 160 bytes of entries fit 160; only the stale temporary file goes.
+        assert_eq!(
+            names(&dir),
+            [
+                ".tmp-2-new",
+                "embedded-b.cwasm",
+                "guest-a.cwasm",
+                "guest-c.cwasm",
+                "guest-d.cwasm",
+                "notes.txt"
+            ]
+        );
+        prune_cache(&dir, &dir.join("guest-a.cwasm"), 80);
+        assert_eq!(
+            names(&dir),
+            [".tmp-2-new", "guest-a.cwasm", "guest-d.cwasm", "notes.txt"]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The embedded artifact with its header replaced by `header`.
     fn with_header(header: &[u8]) -> Vec<u8> {

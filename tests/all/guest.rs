@@ -7,24 +7,33 @@ use std::process::{Command, Output};
 /// Whether this build embeds a precompiled guest (x86-64 Linux).
 const HAS_ARTIFACT: bool = cfg!(all(target_arch = "x86_64", target_os = "linux"));
 
+/// The committed artifact, relative to the repository.
+const ARTIFACT: &str = "prebuilt/quickcell_guest.x86_64-linux.cwasm";
+
+/// Writes what this Wasmtime makes of the committed guest to the artifact's
+/// path plus `.new`. Only `scripts/refresh-guest` runs it (ignored
+/// otherwise): no environment variable can turn the check below into a
+/// write.
+#[tokio::test]
+#[ignore = "writes prebuilt/*.cwasm.new: scripts/refresh-guest runs it"]
+async fn write_the_committed_guest_precompiled() {
+    assert!(HAS_ARTIFACT, "the precompiled guest is for x86-64 Linux");
+    let made = quickcell::testing::make_precompiled_guest().await.unwrap();
+    let new = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("{ARTIFACT}.new"));
+    std::fs::write(new, made).unwrap();
+}
+
 /// The committed artifact is exactly what this Wasmtime makes of the
 /// committed guest: it matches the source (the guest module, checked
 /// against a build from source by `scripts/build-guest --check`) and the
-/// engine (configuration and Wasmtime version). With `QUICKCELL_BLESS=FILE`
-/// (what `scripts/refresh-guest` runs) it writes the artifact to FILE
-/// (relative to the repository) instead.
+/// engine (configuration and Wasmtime version).
 #[tokio::test]
 async fn the_embedded_artifact_is_the_committed_guest_precompiled() {
     if !HAS_ARTIFACT {
         return;
     }
     let made = quickcell::testing::make_precompiled_guest().await.unwrap();
-    let committed =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("prebuilt/quickcell_guest.x86_64-linux.cwasm");
-    if let Some(file) = std::env::var_os("QUICKCELL_BLESS") {
-        std::fs::write(Path::new(env!("CARGO_MANIFEST_DIR")).join(file), &made).unwrap();
-        return;
-    }
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join(ARTIFACT);
     let again = quickcell::testing::make_precompiled_guest().await.unwrap();
     assert!(made == again, "precompiling the guest is deterministic");
     let embedded = quickcell::testing::precompiled_guest();
