@@ -291,6 +291,8 @@ pub mod testing {
         use crate::bridge::{Bridge, CellTools, SessionAccess};
         use std::sync::Arc;
 
+        include!("testing_fuzz.rs");
+
         /// The source check on any text: a verdict, never a panic.
         pub fn source_check(source: &str) {
             let _ = crate::source::prepare_source(source, &|word| word == "tool");

@@ -175,3 +175,118 @@ fn bridge_request_decoding() {
             fuzz::bridge_request(method, &shaped);
         });
 }
+
+/// Pieces of TOML configuration: the tables and keys the parser knows,
+/// values of every type, and malformed bits.
+const TOML_PIECES: &[&str] = &[
+    "[limits]\n",
+    "[host]\n",
+    "[http]\n",
+    "[policy]\n",
+    "[quotas]\n",
+    "[state]\n",
+    "[telemetry]\n",
+    "[tool_search]\n",
+    "[workspace]\n",
+    "[[tools]]\n",
+    "[mcp.servers.x]\n",
+    "timeout_ms = ",
+    "memory_limit_bytes = ",
+    "max_body_bytes = ",
+    "max_suspended_runs = ",
+    "fuel = ",
+    "url = ",
+    "name = ",
+    "command = ",
+    "allowed_hosts = ",
+    "hidden = ",
+    "0\n",
+    "-1\n",
+    "18446744073709551615\n",
+    "99999999999999999999\n",
+    "2.5\n",
+    "1e308\n",
+    "false\n",
+    "\"postgres://h/db\"\n",
+    "\"\"\n",
+    "[\"a\", 1]\n",
+    "{ type = \"object\" }\n",
+    "\"\\u0000\"\n",
+    "'''\n",
+    "=",
+    "[",
+    "]",
+    "\n",
+    "€",
+];
+
+#[test]
+fn config_parse_pieces() {
+    bolero::check!()
+        .with_type::<Vec<u8>>()
+        .for_each(|picks: &Vec<u8>| {
+            let text: String = picks
+                .iter()
+                .map(|&i| TOML_PIECES[usize::from(i) % TOML_PIECES.len()])
+                .collect();
+            fuzz::config_parse(&text);
+        });
+}
+
+#[test]
+fn config_parse_text() {
+    bolero::check!()
+        .with_type::<String>()
+        .for_each(|text: &String| fuzz::config_parse(text));
+}
+
+#[test]
+fn mcp_request_body_bytes() {
+    bolero::check!()
+        .with_type::<(u8, String)>()
+        .for_each(|(tool, args): &(u8, String)| {
+            fuzz::mcp_request_body(args.as_bytes());
+            // A `tools/call` of each tool with JSON-shaped arguments.
+            let name = ["exec", "wait", "tool_search", "nope"][usize::from(*tool) % 4];
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}","arguments":{{"title":{args:?},"code":{args:?},"runId":{args:?},"cancel":{args:?},"clientTools":[{{"name":{args:?}}}],"toolResults":[{{"id":{args:?},"value":1}}]}}}}}}"#
+            );
+            fuzz::mcp_request_body(body.as_bytes());
+        });
+}
+
+/// Pieces of stored host state, bridge state and settlement JSON.
+const RECORD_PIECES: &[&str] = &[
+    r#"{"runId":"r","agentRun":"fuzz","session":"fuzz","generation":1,"lastRequestId":3,"deliveredOutputBytes":0,"maxOutputBytes":100,"restartSafe":true,"guestClockNs":1,"parkedUnixMs":1,"bridge":{"outstanding":{"#,
+    r#""1":{"method":"sleep","args_json":"{\"ms\":5}","started":true,"replay_safe":false,"due_unix_ms":18446744073709551615}"#,
+    r#""2":{"method":"clientTool","args_json":"{\"tool\":\"t\",\"input\":{}}","started":false,"replay_safe":true}"#,
+    r#""3":{"method":"callValue","args_json":"{","started":false,"replay_safe":true,"drained_by":"h"}"#,
+    r#"},"ready":[{"id":1,"ok":true,"value":1}],"yields":[1,2],"dispatch_started":true,"store_writes":{"k":"1"}}}"#,
+    r#"{"id":7,"ok":false,"error":{"message":"m","code":"c"}}"#,
+    r#"{"atMs":1,"agentRun":"a","session":"s","runId":null,"kind":"exec","fuel":1,"wallMs":1,"guestUs":1,"toolCalls":0,"outputBytes":2,"snapshotBytes":0,"outcome":"completed"}"#,
+    ",",
+    "}",
+    "]",
+    "1",
+    "\"",
+];
+
+#[test]
+fn store_records_pieces() {
+    bolero::check!()
+        .with_type::<Vec<u8>>()
+        .for_each(|picks: &Vec<u8>| {
+            let text: String = picks
+                .iter()
+                .map(|&i| RECORD_PIECES[usize::from(i) % RECORD_PIECES.len()])
+                .collect();
+            fuzz::store_records(text.as_bytes());
+        });
+}
+
+#[test]
+fn store_records_bytes() {
+    bolero::check!()
+        .with_type::<Vec<u8>>()
+        .for_each(|bytes: &Vec<u8>| fuzz::store_records(bytes));
+}
