@@ -290,3 +290,22 @@ fn store_records_bytes() {
         .with_type::<Vec<u8>>()
         .for_each(|bytes: &Vec<u8>| fuzz::store_records(bytes));
 }
+
+/// A stored session value that is not one JSON value is refused, not
+/// spliced into `store.get`'s `{"found":true,"value":…}` where it could
+/// close the value early and add fields (found by the `store_records`
+/// libFuzzer target, `fuzz/`).
+#[test]
+fn session_value_is_one_json_value() {
+    fuzz::session_value(r#"1,"found":false"#);
+    fuzz::session_value(r#"{"a":1},"b":{"c":2}"#);
+    fuzz::session_value("");
+    fuzz::session_value(r#"[1,{"x":"y"}]"#);
+}
+
+#[test]
+fn session_value_text() {
+    bolero::check!()
+        .with_type::<String>()
+        .for_each(|stored: &String| fuzz::session_value(stored));
+}

@@ -17,6 +17,13 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+/// What `store.get` of a stored value replies (its value as stored).
+#[derive(serde::Serialize)]
+struct Found<'a> {
+    found: bool,
+    value: &'a RawValue,
+}
+
 /// Largest session-store value, in bytes of compact JSON (contract §8.8).
 pub(crate) const MAX_STORE_VALUE_BYTES: usize = 262_144;
 /// Largest sum of a session's stored values, in bytes (contract §8.8).
@@ -185,16 +192,28 @@ impl CellSessionStore {
                 None => session.state.store_get(&session.owner.session, key).await,
             };
             return match found {
-                Ok(Some(json)) => {
-                    match RawValue::from_string(format!(r#"{{"found":true,"value":{json}}}"#)) {
-                        Ok(value) => ok_raw(id, value),
+                // The stored text is checked to be one JSON value before it
+                // goes into the reply: text that is not (a store written to
+                // by something else) could otherwise close the value early
+                // and add fields of its own to `{"found":true,"value":…}`.
+                Ok(Some(json)) => match RawValue::from_string(json) {
+                    Ok(value) => match serde_json::value::to_raw_value(&Found {
+                        found: true,
+                        value: &value,
+                    }) {
+                        Ok(reply) => ok_raw(id, reply),
                         Err(e) => err(
                             id,
                             format!("a stored value is unreadable: {e}"),
                             "tool_error",
                         ),
-                    }
-                }
+                    },
+                    Err(e) => err(
+                        id,
+                        format!("a stored value is unreadable: {e}"),
+                        "tool_error",
+                    ),
+                },
                 Ok(None) => ok(id, json!({"found": false})),
                 Err(e) => unavailable(&e),
             };
