@@ -228,8 +228,9 @@ fn snapshots_are_authenticated_by_the_state_key() {
         );
     };
     let run = park(&ours);
+    // Byte 40 flipped (XOR 0xff): always a change.
     psql(&format!(
-        "UPDATE runs SET snapshot = overlay(snapshot placing '\\x00'::bytea from 40 for 1) WHERE run_id = '{run}'"
+        "UPDATE runs SET snapshot = set_byte(snapshot, 39, get_byte(snapshot, 39) # 255) WHERE run_id = '{run}'"
     ));
     refused(&ours, &run);
     // Moved to another run's row.
@@ -760,4 +761,54 @@ fn recorded_settlements_are_sealed() {
     assert!(message.contains("refused"), "{altered}");
     assert_eq!(runs(&counter), 2, "neither call ran again");
     let _ = std::fs::remove_file(&counter);
+}
+
+/// `NOTIFY` reaches other hosts: a settlement one store (another pool, as
+/// another host) records for a parked run wakes the watch another store
+/// holds on that run. The store's watch has no fallback of its own (the
+/// bridge's 10 s re-read is another layer), so without the notification
+/// it would never wake and this test would time out; a settlement of
+/// another run does not wake it.
+#[tokio::test]
+async fn a_recorded_settlement_wakes_another_stores_watch_by_notify() {
+    use quickcell::store::{HostStore, ParkedRun, PostgresStateStore, RunStore};
+    let url = quickcell::testing::postgres_database();
+    let recorder = PostgresStateStore::connect(&url).await.unwrap();
+    let watcher = PostgresStateStore::connect(&url).await.unwrap();
+    let park = |run_id: &str| ParkedRun {
+        run_id: run_id.to_string(),
+        owner: quickcell::Owner::default(),
+        generation: 1,
+        expires_at_ms: u64::MAX / 2,
+        snapshot: vec![1, 2, 3],
+        lease: None,
+        regrant: false,
+        awaiting: vec![7],
+    };
+    recorder.park(park("cm_watched")).await.unwrap();
+    recorder.park(park("cm_other")).await.unwrap();
+    let mut watch = watcher.watch_settlements("cm_watched").await.unwrap();
+    // The LISTEN connection, once it listens, wakes every watch once (to
+    // read again what it may have missed while connecting): taken first.
+    tokio::time::timeout(std::time::Duration::from_secs(5), watch.changed())
+        .await
+        .expect("the connection's wake");
+    assert!(recorder
+        .record_settlement("cm_other", 7, "{}")
+        .await
+        .unwrap());
+    let woken = tokio::time::timeout(std::time::Duration::from_millis(500), watch.changed()).await;
+    assert!(woken.is_err(), "another run's settlement does not wake it");
+    assert!(recorder
+        .record_settlement("cm_watched", 7, "{}")
+        .await
+        .unwrap());
+    tokio::time::timeout(std::time::Duration::from_secs(30), watch.changed())
+        .await
+        .expect("woken by NOTIFY");
+    let recorded = watcher
+        .recorded_settlements("cm_watched", &[7])
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![(7, "{}".to_string())]);
 }
