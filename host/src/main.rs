@@ -8,6 +8,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[path = "cli/signals.rs"]
+mod signals;
+use signals::{shut_down_on_signal, termination_signal, CLOSE_GRACE, STDIO_RESPONSE_GRACE};
+
 /// Runs model-written JavaScript cells in QuickJS on Wasmtime.
 #[derive(Parser)]
 #[command(name = "quickcell", version = version_text(), about)]
@@ -630,59 +634,6 @@ async fn report(
     runtime.flush_usage().await;
     exit_status(&result)
 }
-
-/// Resolves at the first SIGTERM or SIGINT (never, when the handlers
-/// cannot be installed).
-async fn termination_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = int.recv() => {}
-                }
-            }
-            _ => std::future::pending().await,
-        }
-    }
-    #[cfg(not(unix))]
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-/// Shuts `runtime` down gracefully at SIGTERM or SIGINT
-/// ([`Runtime::shutdown`], `[host] drain_timeout_ms`); the task ends when
-/// the shutdown has.
-fn shut_down_on_signal(runtime: std::sync::Arc<Runtime>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        termination_signal().await;
-        let drain_ms = runtime.host_limits().drain_timeout_ms();
-        eprintln!(
-            "quickcell: shutting down: cells in progress have {drain_ms} ms to finish or park"
-        );
-        let done = runtime
-            .shutdown(std::time::Duration::from_millis(drain_ms))
-            .await;
-        if !done.drained {
-            eprintln!("quickcell: cells still running after {drain_ms} ms were aborted");
-        }
-    })
-}
-
-/// How long a server that has shut its runtime down waits for the open
-/// connections to deliver the last results (an open SSE stream would
-/// keep it forever).
-const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// How long `serve` over stdio lets the last results reach stdout once
-/// the runtime has shut down, before it stops serving.
-const STDIO_RESPONSE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reads a cell's source from a file or standard input (`-`), at most one
 /// byte more than [`quickcell::MAX_SOURCE_BYTES`]: a longer source is a
