@@ -507,3 +507,51 @@ async fn cancelling_a_run_being_resumed_ends_the_wait() {
     assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A cell cancelled while it waits on a tool: its pending call rejects
+/// with the contract's bridge-closed error, which the cell's `catch` sees
+/// (its output is kept), and the cell still ends `aborted`; a cell that
+/// answers the rejection with an endless loop cannot hold its abort off
+/// (its close work is capped in fuel).
+#[tokio::test]
+async fn a_cancelled_cells_pending_calls_reject_with_the_bridge_closed_error() {
+    let (dir, pid_file) = scratch("cancel-closed");
+    let rt = Arc::new(napping_runtime_with(&pid_file, 60_000).await);
+    for (code, output) in [
+        (
+            "try { return await pid_nap({}); } catch (e) { text('caught: ' + e.message); throw e; }",
+            json!([{"type": "text", "text": "caught: Code Mode tool canceled, expired, or owner lost; start a new run."}]),
+        ),
+        (
+            "try { return await pid_nap({}); } finally { text('finally'); while (true) {} }",
+            json!([{"type": "text", "text": "finally"}]),
+        ),
+    ] {
+        let _ = std::fs::remove_file(&pid_file);
+        let token = CancellationToken::new();
+        let call = tokio::spawn({
+            let (rt, token) = (rt.clone(), token.clone());
+            async move {
+                rt.exec(ExecInput::new("nap", code).with_cancel(token))
+                    .await
+            }
+        });
+        let pid = napping_pid(&pid_file).await;
+        token.cancel();
+        let r = call.await.unwrap();
+        let f = failed(&r);
+        assert_eq!(
+            (f.code, f.error.as_str()),
+            (ErrorCode::Aborted, "code mode execution aborted"),
+            "{code}"
+        );
+        assert_eq!(serde_json::to_value(&f.output).unwrap(), output, "{code}");
+        eventually(
+            Duration::from_secs(10),
+            "the tool's process is gone",
+            || !alive(pid),
+        )
+        .await;
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

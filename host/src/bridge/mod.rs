@@ -224,6 +224,11 @@ pub(crate) struct Work {
     pub due_unix_ms: Option<u64>,
 }
 
+/// The contract's bridge-closed rejection (contract.md §"errors"): what a
+/// cancelled cell's pending calls reject with.
+pub(crate) const BRIDGE_CLOSED: &str =
+    "Code Mode tool canceled, expired, or owner lost; start a new run.";
+
 /// The bridge state of one cell: its requests, queued, running and settled.
 pub(crate) struct Bridge {
     tools: Arc<CellTools>,
@@ -570,6 +575,25 @@ impl Bridge {
                 self.ready.push_back(ok_null(id));
             }
         }
+    }
+
+    /// Closes the bridge of a cancelled cell: every request still
+    /// outstanding is cancelled (a running tool call gets its cancel
+    /// signal) and settles with the contract's bridge-closed rejection
+    /// (code `aborted`), returned in request order, with the settlements
+    /// that were ready and not delivered dropped. Nothing starts after.
+    pub(crate) fn close(&mut self) -> Vec<Settlement> {
+        for token in self.tokens.values() {
+            token.cancel();
+        }
+        self.parked = true;
+        self.queued.clear();
+        self.ready.clear();
+        self.yields.clear();
+        std::mem::take(&mut self.outstanding)
+            .into_keys()
+            .map(|id| err(id, BRIDGE_CLOSED, "aborted"))
+            .collect()
     }
 
     /// Whether any request is still outstanding.

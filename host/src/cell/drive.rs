@@ -112,7 +112,7 @@ impl LiveCell {
                 let waiting_since = process_nanos();
                 let batch = tokio::select! {
                     batch = self.bridge.next_settlement(Some(Instant::now() + allowance)) => batch,
-                    () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                    () = self.cancel.cancelled() => return self.aborted(env).await,
                 };
                 let waited = process_nanos().saturating_sub(waiting_since);
                 self.awaited += Duration::from_nanos(waited);
@@ -167,7 +167,7 @@ impl LiveCell {
                     let batch = tokio::select! {
                         batch = self.bridge.next_settlement(until) => batch,
                         () = approval_changed => Some(None),
-                        () = self.cancel.cancelled() => return self.end(env, aborted_ending()).await,
+                        () = self.cancel.cancelled() => return self.aborted(env).await,
                         // The runtime shuts down: park now (unless a call
                         // waits for an approval, which cannot park).
                         () = env.runs.draining.cancelled(), if !awaiting => None,
@@ -198,4 +198,45 @@ impl LiveCell {
             }
         }
     }
+
+    /// Ends a cell cancelled while it waits on host work `aborted`: first
+    /// its pending calls reject with the contract's bridge-closed error,
+    /// and the guest runs what that triggers (a `catch` or `finally` that
+    /// emits output, which is kept) — within [`CLOSE_FUEL`] and the
+    /// deadline, with the cancel not checked, so that a cell cannot delay
+    /// its own abort for long; then the cell ends whatever the guest did.
+    async fn aborted(mut self, env: &CellEnv<'_>) -> CellResult {
+        let rejections = self.bridge.close();
+        let left = self.store.get_fuel().unwrap_or(0);
+        let budget = left.min(CLOSE_FUEL);
+        if !rejections.is_empty() && self.store.set_fuel(budget).is_ok() {
+            let cancel = std::mem::take(&mut self.store.data_mut().cancel);
+            let guest_started = Instant::now();
+            for rejection in rejections {
+                if self
+                    .exports
+                    .settle(&mut self.store, &rejection.delivery_json())
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            env.stats.guest_since(guest_started);
+            self.store.data_mut().cancel = cancel;
+            let spent = budget.saturating_sub(self.store.get_fuel().unwrap_or(0));
+            let _ = self.store.set_fuel(left.saturating_sub(spent));
+            // Requests the guest made meanwhile are never dispatched.
+            let state = self.store.data_mut();
+            state.requests.clear();
+            state.cancels.clear();
+        }
+        self.end(env, aborted_ending()).await
+    }
 }
+
+/// Most fuel a cancelled cell may spend on the bridge-closed rejections of
+/// its pending calls (about 10 ms of guest work): what its `catch` and
+/// `finally` code runs before the cell ends `aborted`. Unit: Wasmtime
+/// fuel; scope: one cancelled call.
+const CLOSE_FUEL: u64 = 20_000_000;
