@@ -125,6 +125,10 @@ pub(crate) const GUEST_STACK_BYTES: usize = 4 << 20;
 /// instantiating cells; parked cells hold none).
 pub(crate) const POOL_INSTANCES: u32 = 256;
 
+/// Instances cells may hold at once: the pool's, less the one the standby
+/// holds. A cell past them waits for one ([`SharedEngine::instance`]).
+pub(crate) const CELL_INSTANCES: usize = POOL_INSTANCES as usize - 1;
+
 /// Largest linear memory a cell can reach: the 1 GiB ceiling of
 /// `memoryLimitBytes` plus the runtime image and allocator overhead.
 pub(crate) const POOL_MAX_MEMORY_BYTES: usize = 1536 << 20;
@@ -172,6 +176,8 @@ pub(crate) struct SharedEngine {
     standby: Mutex<Option<FreshInstance>>,
     /// Whether a background task is making the standby.
     standby_pending: AtomicBool,
+    /// Instances cells may hold at once: the pool's, less the standby's.
+    cell_instances: Arc<tokio::sync::Semaphore>,
 }
 
 /// Where the process's pre-initialized guest module came from
@@ -211,7 +217,32 @@ impl SharedEngine {
     /// anything (no slow tool, no timer) would never let them: back-to-back
     /// cells would keep every instance they used until the pool ran out.
     /// So on such a runtime this first yields once, which runs them.
-    pub(crate) async fn instance(self: &Arc<Self>) -> Result<FreshInstance> {
+    ///
+    /// At most [`CELL_INSTANCES`] cells hold an instance at once (the pool
+    /// less the standby); a cell that finds them all held waits its turn,
+    /// for at most `wait` (its time left), then fails with a message
+    /// saying the host is at capacity (`runtime_unavailable`): it never
+    /// meets the pool's own limit.
+    pub(crate) async fn instance(
+        self: &Arc<Self>,
+        wait: std::time::Duration,
+    ) -> Result<FreshInstance> {
+        let permit = match tokio::time::timeout(wait, self.cell_instances.clone().acquire_owned())
+            .await
+        {
+            Ok(Ok(permit)) => permit,
+            _ => bail!(
+                "the host is at capacity: all {CELL_INSTANCES} cell instances are in use and none was freed within the call's time; try again shortly"
+            ),
+        };
+        let mut fresh = self.unclaimed_instance().await?;
+        fresh.store.data_mut().pool_permit = Some(permit);
+        Ok(fresh)
+    }
+
+    /// The standby if ready, else a fresh instance (the caller holds a
+    /// permit of [`SharedEngine::cell_instances`]).
+    async fn unclaimed_instance(self: &Arc<Self>) -> Result<FreshInstance> {
         if tokio::runtime::Handle::current().runtime_flavor()
             == tokio::runtime::RuntimeFlavor::CurrentThread
         {
@@ -487,6 +518,7 @@ impl SharedEngine {
             hot_pages: std::sync::OnceLock::new(),
             standby: Mutex::new(None),
             standby_pending: AtomicBool::new(false),
+            cell_instances: Arc::new(tokio::sync::Semaphore::new(CELL_INSTANCES)),
         })
     }
 }

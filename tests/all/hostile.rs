@@ -841,3 +841,104 @@ async fn a_flood_of_cleared_timers_is_bounded() {
     assert!(crate::texts(&r).is_empty());
     still_works(&rt).await;
 }
+
+/// `hold`: counts that it was entered, then answers once the test opens
+/// its gate.
+struct Hold {
+    entered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+#[quickcell::tools::async_trait]
+impl quickcell::tools::Tool for Hold {
+    fn name(&self) -> &str {
+        "hold"
+    }
+    fn description(&self) -> &str {
+        "Holds until released"
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    async fn call(
+        &self,
+        _args: Value,
+        _cancel: quickcell::tools::CancelSignal,
+    ) -> Result<Value, quickcell::tools::ToolError> {
+        self.entered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _permit = self.gate.acquire().await;
+        Ok(json!(1))
+    }
+}
+
+/// More cells at once than the instance pool holds: 300 cells that each
+/// hold their instance while they wait on a tool. The first 255 (the pool
+/// less the standby) get one; the rest wait their turn instead of failing
+/// on the pool's limit (obeyed: all 300 complete once the tool answers).
+/// A cell that cannot get an instance within its own time fails with
+/// `runtime_unavailable`, saying the host is at capacity (violated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cells_beyond_the_instance_pool_wait_their_turn() {
+    let entered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let mut registry = quickcell::ToolRegistry::new();
+    registry
+        .add(std::sync::Arc::new(Hold {
+            entered: entered.clone(),
+            gate: gate.clone(),
+        }))
+        .unwrap();
+    let rt = std::sync::Arc::new(
+        Runtime::builder()
+            .limits(Limits::default().with_timeout_ms(120_000))
+            .host_limits(
+                HostLimits::default()
+                    .with_max_suspended_runs(1000)
+                    .with_max_suspended_runs_per_session(1000)
+                    .with_max_running_cells_per_session(256),
+            )
+            .tools(registry)
+            .build()
+            .await
+            .unwrap(),
+    );
+    let cells: Vec<_> = (0..300)
+        .map(|i| {
+            let rt = rt.clone();
+            tokio::spawn(async move {
+                rt.exec(
+                    ExecInput::new("hold", "return await hold({})")
+                        .with_owner(owner(&format!("s{}", i % 100))),
+                )
+                .await
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    while entered.load(std::sync::atomic::Ordering::SeqCst) < 255 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "255 cells hold an instance"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every instance a cell may hold is held: a cell with 300 ms to run
+    // waits them out and fails, saying why.
+    let short = Runtime::builder()
+        .limits(Limits::default().with_timeout_ms(300))
+        .build()
+        .await
+        .unwrap();
+    let r = short.exec(ExecInput::new("late", "return 1")).await;
+    let f = failed(&r);
+    assert_eq!(f.code, ErrorCode::RuntimeUnavailable, "{}", r.to_json());
+    assert!(f.error.contains("the host is at capacity"), "{}", f.error);
+    assert_eq!(entered.load(std::sync::atomic::Ordering::SeqCst), 255);
+    gate.add_permits(1_000);
+    for cell in cells {
+        let r = cell.await.unwrap();
+        assert_eq!(value(&r), json!(1), "{}", r.to_json());
+    }
+    assert_eq!(entered.load(std::sync::atomic::Ordering::SeqCst), 300);
+}

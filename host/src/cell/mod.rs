@@ -221,7 +221,9 @@ async fn instantiate(
     let memory_cap = env
         .limits
         .linear_memory_cap(env.shared.initial_memory_bytes);
-    let FreshInstance { mut store, exports } = match env.shared.instance().await {
+    // A cell waits for an instance at most until its deadline.
+    let wait = Duration::from_nanos(deadline_ns.saturating_sub(process_nanos()));
+    let FreshInstance { mut store, exports } = match env.shared.instance(wait).await {
         Ok(fresh) => fresh,
         Err(e) => return Err(unavailable(format!("{e:#}"), (env.telemetry)())),
     };

@@ -209,6 +209,10 @@ pub(crate) struct CellState {
     /// The instance's memory, kept here so the host functions do not look
     /// the export up by name on every call (set by [`GuestExports::new`]).
     memory: Option<Memory>,
+    /// The cell's place among the instances cells may hold at once
+    /// (`crate::engine::SharedEngine::instance`): released with the store,
+    /// when the instance's pool slot is.
+    pub pool_permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Builds the guest's WASI context: no preopens, no environment, no
@@ -296,6 +300,7 @@ impl CellState {
             cancels: Vec::new(),
             fault: None,
             memory: None,
+            pool_permit: None,
         }
     }
 
@@ -310,8 +315,10 @@ impl CellState {
         deadline_ns: u64,
     ) {
         let memory = self.memory;
+        let permit = self.pool_permit.take();
         *self = Self::with_clock_offset(memory_cap, output, clock_offset_ns);
         self.memory = memory;
+        self.pool_permit = permit;
         self.deadline_ns = deadline_ns;
     }
 
