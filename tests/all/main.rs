@@ -9,6 +9,7 @@ mod catalog;
 mod cli;
 mod client_tools;
 mod exec;
+mod faults;
 mod fuzz;
 // The artifact and compile-on-first-use checks need Cranelift.
 #[cfg(feature = "compiler")]
