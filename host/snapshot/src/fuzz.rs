@@ -23,17 +23,13 @@
 //! coverage feedback, which is why two of the targets build their inputs
 //! from a valid snapshot or head rather than from raw bytes.
 //!
-//! Coverage-guided fuzzing (`cargo bolero test --engine libfuzzer ...`) is
-//! not set up: `cargo-bolero` is not installed here, and its libFuzzer
-//! build needs nightly-only flags (`-Zsanitizer=address`,
-//! `-Cpasses=sancov-module`). `RUSTC_BOOTSTRAP=1` does make the pinned
-//! stable 1.95 accept those flags (checked on a small program), so
-//! `cargo install cargo-bolero` and `RUSTC_BOOTSTRAP=1 cargo bolero test
-//! -p quickcell-snapshot fuzz::fuzz_decode_shaped_heads` should work, but
-//! it has not been tried; relying on `RUSTC_BOOTSTRAP` was judged not
-//! worth it for CI. Note that this workspace resolves bolero 0.13.4:
-//! 0.13.6 and later pin `indexmap = "=2.11.2"` through their derive crate,
-//! which conflicts with `wit-component`'s `indexmap ^2.14`.
+//! Coverage-guided fuzzing of the same decoder and restore is in the
+//! repository's `fuzz/` crate (cargo-fuzz and libFuzzer, on a nightly
+//! toolchain, outside the workspace): its `snapshot_decode` target, run by
+//! `scripts/fuzz-libfuzzer` (docs/hardening.md, "Fuzzing"). Note that this
+//! workspace resolves bolero 0.13.4: 0.13.6 and later pin
+//! `indexmap = "=2.11.2"` through their derive crate, which conflicts with
+//! `wit-component`'s `indexmap ^2.14`.
 
 use crate::format::{HEADER_BYTES, HEAD_FIXED_BYTES, MAGIC};
 use crate::frames::{with_dctx, ZSTD_LEVEL};
