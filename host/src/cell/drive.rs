@@ -25,7 +25,6 @@ impl LiveCell {
             let requests = std::mem::take(&mut state.requests);
             state.request_bytes = 0;
             let dropped = std::mem::take(&mut state.requests_dropped);
-            self.bridge.cancel(cancels);
             if !requests.is_empty() && self.run_id.is_none() && self.slot.is_none() {
                 if let Err(message) = self.bridge.check_capacity(requests.len() + dropped) {
                     return self.end(env, bridge_failure(message)).await;
@@ -45,6 +44,11 @@ impl LiveCell {
             if let Err(message) = self.bridge.accept(requests, dropped) {
                 return self.end(env, bridge_failure(message)).await;
             }
+            // After the batch is accepted: a timer made and cleared in the
+            // same guest run is cancelled too (before, its cancel named a
+            // request the bridge did not have yet, and the host kept it —
+            // a cleared ten-minute timer held the cell ten minutes).
+            self.bridge.cancel(cancels);
             // `None`: the cell's promise has not settled yet.
             let ending = ending_from_status(&json);
             self.guest_finished = ending.is_some();
