@@ -280,6 +280,8 @@ async fn settlements_ready_together_are_delivered_in_request_order() {
             done.telemetry().fuel_used,
         ));
     }
+    // (finish order, exec fuel, wait fuel), for the record.
+    eprintln!("{seen:?}");
     assert!(
         seen.windows(2)
             .all(|w| w[0].1 == w[1].1 && w[0].2 == w[1].2),
