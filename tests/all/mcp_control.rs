@@ -76,25 +76,12 @@ impl Scratch {
 
     /// The pid a `pid_nap` tool wrote, once written.
     fn pid(&self, tool: &str) -> i32 {
-        let file = self.dir.join(tool);
-        let read = || {
-            std::fs::read_to_string(&file)
-                .ok()
-                .filter(|p| p.ends_with('\n'))
-        };
-        eventually("the tool wrote its pid", || read().is_some());
-        read().unwrap().trim().parse().unwrap()
+        pid_written(&self.dir.join(tool))
     }
 
     /// Runs parked or being resumed in the state store.
     fn stored_runs(&self) -> usize {
-        let store =
-            quickcell::store::SqliteStateStore::open(Some(Path::new(&self.path("state")))).unwrap();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(quickcell::store::RunStore::count_runs(&store))
-            .unwrap()
+        stored_runs_in(Path::new(&self.path("state")))
     }
 }
 
@@ -104,8 +91,29 @@ impl Drop for Scratch {
     }
 }
 
+/// The pid a `pid_nap` tool wrote to `file`, once written (a whole line).
+pub(crate) fn pid_written(file: &Path) -> i32 {
+    let read = || {
+        std::fs::read_to_string(file)
+            .ok()
+            .filter(|p| p.ends_with('\n'))
+    };
+    eventually("the tool wrote its pid", || read().is_some());
+    read().unwrap().trim().parse().unwrap()
+}
+
+/// Runs parked or being resumed in the SQLite state store in `state`.
+pub(crate) fn stored_runs_in(state: &Path) -> usize {
+    let store = quickcell::store::SqliteStateStore::open(Some(state)).unwrap();
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(quickcell::store::RunStore::count_runs(&store))
+        .unwrap()
+}
+
 /// Waits until `done` holds, polling; fails naming `what` after 20 s.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
         assert!(

@@ -5,6 +5,7 @@
 
 use crate::cancel::alive;
 use crate::mcp::{result, run, HttpServer};
+use crate::mcp_control::{eventually, pid_written, stored_runs_in};
 use quickcell::{CellResult, ErrorCode, ExecInput, Runtime};
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -37,45 +38,18 @@ impl Scratch {
 
     /// The pid the `nap` tool wrote, once written.
     fn nap_pid(&self) -> i32 {
-        let file = self.dir.join("nap");
-        let read = || {
-            std::fs::read_to_string(&file)
-                .ok()
-                .filter(|p| p.ends_with('\n'))
-        };
-        eventually("the tool wrote its pid", || read().is_some());
-        read().unwrap().trim().parse().unwrap()
+        pid_written(&self.dir.join("nap"))
     }
 
     /// Runs parked in the state store.
     fn stored_runs(&self) -> usize {
-        let store = quickcell::store::SqliteStateStore::open(Some(std::path::Path::new(
-            &self.path("state"),
-        )))
-        .unwrap();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(quickcell::store::RunStore::count_runs(&store))
-            .unwrap()
+        stored_runs_in(&self.dir.join("state"))
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         std::fs::remove_dir_all(&self.dir).ok();
-    }
-}
-
-/// Waits until `done` holds, polling; fails naming `what` after 20 s.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "not within 20 s: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
     }
 }
 
