@@ -735,7 +735,12 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
     /// A run that a `wait` of this runtime is resuming is cancelled through
     /// that `wait` (which ends `aborted` and removes the run); this call
     /// then returns `aborted` too. A `wait` in another process that holds
-    /// the run makes this call return the "already being resumed" error. A
+    /// the run is cancelled there: the cancel is recorded in the state
+    /// store, this call returns `aborted`, and that process ends its `wait`
+    /// (`aborted`, the run removed) when it reads the record — at once on
+    /// PostgreSQL (`NOTIFY`), within [`crate::store::SQLITE_CANCEL_POLL`]
+    /// on SQLite. A process draining the run's tool calls cancels them the
+    /// same way. A
     /// cell running in an `exec` call is cancelled through that call's
     /// token ([`ExecInput::with_cancel`]) or by closing its session
     /// ([`Runtime::close_session`]).
@@ -788,6 +793,14 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             .await
             .map_err(store_error)?;
         self.runs.forget_live(&runs);
+        if !runs.is_empty() {
+            // Other processes draining their calls cancel them now.
+            let expires =
+                crate::clock::unix_ms().saturating_add(crate::store::CANCEL_RECORD_TTL_MS);
+            if let Err(e) = self.store.record_cancels(&runs, expires).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot record the cancels of a closed session's runs");
+            }
+        }
         let values = self
             .store
             .store_clear(&owner.session)

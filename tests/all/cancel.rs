@@ -18,6 +18,11 @@ async fn napping_runtime(pid_file: &std::path::Path) -> Runtime {
 
 /// [`napping_runtime`] with cells that run `timeout_ms` before parking.
 async fn napping_runtime_with(pid_file: &std::path::Path, timeout_ms: u64) -> Runtime {
+    napping_builder(pid_file, timeout_ms).build().await.unwrap()
+}
+
+/// The builder of [`napping_runtime_with`].
+fn napping_builder(pid_file: &std::path::Path, timeout_ms: u64) -> quickcell::RuntimeBuilder {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/pid_nap.sh");
     let config = Config::parse(&format!(
         "[[tools]]\nname = \"pid_nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"30\"]\ntimeout_ms = 60000\n",
@@ -29,9 +34,6 @@ async fn napping_runtime_with(pid_file: &std::path::Path, timeout_ms: u64) -> Ru
         .limits(Limits::default().with_timeout_ms(timeout_ms))
         .host_limits(HostLimits::default().with_max_suspended_runs(1))
         .tools(ToolRegistry::from_config(&config).unwrap())
-        .build()
-        .await
-        .unwrap()
 }
 
 /// Whether process `pid` still exists (and is not a zombie).
@@ -553,5 +555,119 @@ async fn a_cancelled_cells_pending_calls_reject_with_the_bridge_closed_error() {
         )
         .await;
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Two runtimes over one SQLite state directory: two hosts of one machine
+/// (each with its own connection and run registry, as two processes).
+async fn two_napping_hosts(
+    dir: &std::path::Path,
+    pid_file: &std::path::Path,
+    timeout_ms: u64,
+) -> (Arc<Runtime>, Arc<Runtime>) {
+    let host = async || {
+        Arc::new(
+            napping_builder(pid_file, timeout_ms)
+                .state_dir(dir.join("state"))
+                .build()
+                .await
+                .unwrap(),
+        )
+    };
+    (host().await, host().await)
+}
+
+/// A cancel on host B of a run a `wait` on host A is resuming (same
+/// SQLite store): B answers `aborted`, A's `wait` ends `aborted` (not with
+/// the tool's value, which would come after 30 s), A's tool process is
+/// gone, and the run is gone for both.
+#[tokio::test]
+async fn a_cancel_on_another_host_ends_the_wait_resuming_the_run() {
+    let (dir, pid_file) = scratch("cancel-remote-wait");
+    let (a, b) = two_napping_hosts(&dir, &pid_file, 60_000).await;
+    let r = a
+        .exec(ExecInput::new(
+            "park",
+            "await yield_control(); return await pid_nap({})",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let resuming = tokio::spawn({
+        let (a, id) = (a.clone(), id.clone());
+        async move { a.wait(WaitInput::new(id)).await }
+    });
+    let pid = napping_pid(&pid_file).await;
+    let r = b.cancel(&id, &Owner::default()).await;
+    let f = failed(&r);
+    assert_eq!(
+        (f.code, f.error.as_str()),
+        (ErrorCode::Aborted, "code mode execution aborted")
+    );
+    let r = resuming.await.unwrap();
+    assert_eq!(failed(&r).code, ErrorCode::Aborted, "{}", r.to_json());
+    eventually(
+        Duration::from_secs(10),
+        "the tool's process is gone",
+        || !alive(pid),
+    )
+    .await;
+    for host in [&a, &b] {
+        let r = host.wait(WaitInput::new(id.clone())).await;
+        assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
+    }
+    // A cancel of another session's run is refused and records nothing.
+    std::fs::remove_file(&pid_file).unwrap();
+    let r = a
+        .exec(ExecInput::new(
+            "park",
+            "await yield_control(); return await pid_nap({})",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let resuming = tokio::spawn({
+        let (a, id) = (a.clone(), id.clone());
+        async move { a.wait(WaitInput::new(id)).await }
+    });
+    napping_pid(&pid_file).await;
+    let stranger = Owner {
+        session: "stranger".into(),
+        ..Owner::default()
+    };
+    let r = b.cancel(&id, &stranger).await;
+    assert_eq!(
+        failed(&r).error,
+        "code mode run belongs to a different session."
+    );
+    // The run's own session ends it.
+    assert_eq!(
+        failed(&b.cancel(&id, &Owner::default()).await).code,
+        ErrorCode::Aborted
+    );
+    assert_eq!(failed(&resuming.await.unwrap()).code, ErrorCode::Aborted);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A run parked on host A while its tool call still runs there, cancelled
+/// on host B: A learns of it from the store and kills the tool's process
+/// (a 30 s nap) at once, not at the call's end.
+#[tokio::test]
+async fn a_cancel_on_another_host_kills_the_tool_calls_its_parking_host_drains() {
+    let (dir, pid_file) = scratch("cancel-remote-drain");
+    let (a, b) = two_napping_hosts(&dir, &pid_file, 300).await;
+    let r = a
+        .exec(ExecInput::new("nap", "return await pid_nap({})"))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let pid = napping_pid(&pid_file).await;
+    let r = b.cancel(&id, &Owner::default()).await;
+    assert_eq!(failed(&r).code, ErrorCode::Aborted);
+    eventually(
+        Duration::from_secs(10),
+        "A killed the tool's process",
+        || !alive(pid),
+    )
+    .await;
+    let r = a.wait(WaitInput::new(id)).await;
+    assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -812,3 +812,86 @@ async fn a_recorded_settlement_wakes_another_stores_watch_by_notify() {
         .unwrap();
     assert_eq!(recorded, vec![(7, "{}".to_string())]);
 }
+
+/// A directory for a host whose cells run `timeout_ms` before they park,
+/// with the command tool `pid_nap` (writes its pid to `pid_file`, then
+/// naps 60 s).
+fn napping_host(timeout_ms: u64, pid_file: &std::path::Path) -> std::path::PathBuf {
+    let dir = workdir();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tools/pid_nap.sh");
+    std::fs::write(
+        dir.join("quickcell.toml"),
+        format!(
+            "[limits]\ntimeout_ms = {timeout_ms}\n\n[[tools]]\nname = \"pid_nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"60\"]\ntimeout_ms = 90000\n",
+            script.display().to_string(),
+            pid_file.display().to_string(),
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// `quickcell cancel` on host B takes effect on host A, which holds the
+/// run (operations.md §3.1, one PostgreSQL store): a `wait` A is resuming
+/// ends `aborted` (not with the tool's value, 60 s later) and its tool's
+/// process is gone; a run A parked while its tool call still runs there
+/// has that call's process killed, and A's `exec` process exits.
+#[test]
+fn a_cancel_on_one_host_takes_effect_on_the_host_holding_the_run() {
+    use crate::cancel::alive;
+    use crate::mcp_control::{eventually, pid_written};
+    let url = quickcell::testing::postgres_database();
+    let key = key_file("cancel");
+    let pid_file = std::env::temp_dir().join(format!("quickcell-pid-{}", uuid::Uuid::new_v4()));
+    let b = napping_host(60_000, &pid_file);
+    let cancel_on_b = |run_id: &str| {
+        let (status, cancelled) = host_with_key(
+            &b,
+            &url,
+            &key,
+            &["cancel", run_id, "--config", "quickcell.toml"],
+        );
+        assert_eq!(
+            (status, &cancelled["code"]),
+            (0, &Value::from("aborted")),
+            "{cancelled}"
+        );
+    };
+
+    // A `wait` on A resumes the run and runs the tool.
+    let a = napping_host(60_000, &pid_file);
+    let (mut parking, run_id) = park_on(
+        &a,
+        &url,
+        &key,
+        "await yield_control(); return await pid_nap({})",
+    );
+    assert_eq!(parking.wait().unwrap().code(), Some(3));
+    let resuming = spawn_host(&a, &url, &key, &["wait", &run_id]);
+    let pid = pid_written(&pid_file);
+    cancel_on_b(&run_id);
+    let out = resuming.wait_with_output().unwrap();
+    let ended: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(ended["code"], "aborted", "{ended}");
+    eventually("A's tool process is gone", || !alive(pid));
+    let (status, gone) = wait_on(&b, &url, &key, &run_id);
+    assert_eq!(
+        (status, &gone["error"]),
+        (1, &Value::from("code mode run is unavailable or expired."))
+    );
+
+    // A parks the run while its tool call runs, and stays to drain it.
+    std::fs::remove_file(&pid_file).unwrap();
+    let a = napping_host(500, &pid_file);
+    let (mut parking, run_id) = park_on(&a, &url, &key, "return await pid_nap({})");
+    let pid = pid_written(&pid_file);
+    cancel_on_b(&run_id);
+    eventually("A killed its tool's process", || !alive(pid));
+    assert_eq!(
+        parking.wait().unwrap().code(),
+        Some(3),
+        "A exits as its exec did"
+    );
+    let _ = std::fs::remove_file(&pid_file);
+}

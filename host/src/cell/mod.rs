@@ -418,6 +418,23 @@ pub(crate) async fn wait(
         Ok(Err(ClaimRefused::Busy)) if input.cancel && env.runs.cancel_resuming(run_id) => {
             return aborted((env.telemetry)());
         }
+        // Another process resumes it: the cancel is recorded there, and
+        // that process ends its `wait` (`aborted`, the run removed) when it
+        // reads the record — at once, or at its next poll.
+        Ok(Err(ClaimRefused::Busy)) if input.cancel => {
+            let expires = now.saturating_add(crate::store::CANCEL_RECORD_TTL_MS);
+            return match env
+                .store
+                .record_cancels(&[run_id.to_string()], expires)
+                .await
+            {
+                Ok(()) => aborted((env.telemetry)()),
+                Err(e) => host_failure(
+                    format!("InternalError: cannot record the cancel in the state store: {e:#}"),
+                    (env.telemetry)(),
+                ),
+            };
+        }
         Ok(Err(refused)) => {
             return input_failure(refusal_message(refused, env.tools), (env.telemetry)());
         }
@@ -485,6 +502,16 @@ async fn abandon(
             format!("InternalError: cannot remove the cancelled run from the state store: {e:#}"),
             (env.telemetry)(),
         );
+    }
+    // Another process may still drain its tool calls: the record tells it
+    // to cancel them now rather than at their next settlement.
+    let expires = unix_ms().saturating_add(crate::store::CANCEL_RECORD_TTL_MS);
+    if let Err(e) = env
+        .store
+        .record_cancels(&[run_id.to_string()], expires)
+        .await
+    {
+        tracing::warn!(run_id, error = %format!("{e:#}"), "cannot record a cancel; other hosts end the run's calls at their next settlement");
     }
     aborted((env.telemetry)())
 }

@@ -29,6 +29,16 @@
 //! A session may have at most `max_running_cells_per_session` cells in an
 //! `exec` or `wait` of this runtime at once ([`RunRegistry::start_cell`]),
 //! so that one tenant cannot take every pool instance.
+//!
+//! # Cancels from other processes
+//!
+//! Once this process resumes or drains a run, a watcher task asks the
+//! store which of the runs it holds another process cancelled
+//! ([`crate::store::HostStore::cancelled_runs`]), every
+//! [`crate::store::HostStore::cancel_poll_interval`] and whenever the
+//! store's cancel watch wakes; it ends the `wait` resuming such a run
+//! (`aborted`) and drops its drained bridge (its tool calls get their
+//! cancel signal).
 
 use crate::bridge::Bridge;
 use crate::clock::unix_ms;
@@ -50,6 +60,9 @@ enum LiveRun {
         stop: CancellationToken,
         /// Return the bridge once no tool call is queued or running.
         stop_after_tool_calls: CancellationToken,
+        /// Drop the bridge now (the run was cancelled): its tool calls get
+        /// their cancel signal.
+        end: CancellationToken,
         task: JoinHandle<Option<Bridge>>,
     },
     Idle(Box<Bridge>),
@@ -103,6 +116,11 @@ pub(crate) struct RunRegistry {
     /// Cancelled when the shutdown's drain time is over: every cell still
     /// in progress ends `aborted` (each session's token is its child).
     stopping: CancellationToken,
+    /// Whether the watcher of other processes' cancels has started.
+    watching_cancels: std::sync::atomic::AtomicBool,
+    /// Drainers [`RunRegistry::settle_tool_calls`] waits for, by run id
+    /// and generation, with their `end` tokens.
+    settling: Mutex<HashMap<(String, u64), CancellationToken>>,
 }
 
 /// A slot held by a running cell; released on drop (a parked run's slot
@@ -207,7 +225,58 @@ impl RunRegistry {
             resuming: Mutex::new(HashMap::new()),
             draining: CancellationToken::new(),
             stopping: CancellationToken::new(),
+            watching_cancels: Default::default(),
+            settling: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Starts the watcher of cancels other processes record for the runs
+    /// this one holds, once (when the store says there is anything to
+    /// watch).
+    fn watch_cancels(self: &Arc<Self>) {
+        let Some(every) = self.store.cancel_poll_interval() else {
+            return;
+        };
+        if self.watching_cancels.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(apply_cancels(
+            Arc::downgrade(self),
+            self.store.clone(),
+            every,
+            self.stopping.clone(),
+        ));
+    }
+
+    /// The runs this process holds: being resumed, or drained.
+    fn held_runs(&self) -> Vec<String> {
+        let mut held: Vec<String> = self
+            .resuming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        held.extend(self.live().keys().map(|(id, _)| id.clone()));
+        held.extend(self.settling().keys().map(|(id, _)| id.clone()));
+        held.sort_unstable();
+        held.dedup();
+        held
+    }
+
+    /// Ends what this process holds of the runs another process cancelled:
+    /// the `wait` resuming one ends `aborted`, the bridges drained are
+    /// dropped.
+    fn end_cancelled(&self, runs: &[String]) {
+        for run_id in runs {
+            if self.cancel_resuming(run_id) {
+                tracing::info!(
+                    run_id,
+                    "a cancel recorded elsewhere ends the wait resuming this run"
+                );
+            }
+        }
+        self.forget_live(runs);
     }
 
     /// Admits one more running cell of `session`, or `None` when the
@@ -307,6 +376,7 @@ impl RunRegistry {
     /// Marks `run_id` as being resumed by this process until the guard is
     /// dropped; its token cancels that `wait`.
     pub(crate) fn resuming(self: &Arc<Self>, run_id: &str) -> Resuming {
+        self.watch_cancels();
         let token = CancellationToken::new();
         self.resuming
             .lock()
@@ -347,16 +417,25 @@ impl RunRegistry {
             .cloned()
             .collect();
         for key in gone {
-            if let Some(LiveRun::Draining { stop, .. }) = live.remove(&key) {
-                // The drainer returns the bridge, which is dropped with
-                // its task's output.
-                stop.cancel();
+            if let Some(LiveRun::Draining { end, .. }) = live.remove(&key) {
+                // The drainer drops the bridge.
+                end.cancel();
+            }
+        }
+        drop(live);
+        for ((id, _), end) in self.settling().iter() {
+            if runs.contains(id) {
+                end.cancel();
             }
         }
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), LiveRun>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn settling(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), CancellationToken>> {
+        self.settling.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes a slot for a cell of `session` about to dispatch its first
@@ -410,6 +489,7 @@ impl RunRegistry {
         mut bridge: Bridge,
     ) {
         bridge.set_parked(true);
+        self.watch_cancels();
         let key = (run_id.to_string(), generation);
         if !self.store.is_shared() {
             self.live().insert(key, LiveRun::Idle(Box::new(bridge)));
@@ -417,6 +497,7 @@ impl RunRegistry {
         }
         let stop = CancellationToken::new();
         let stop_after_tool_calls = CancellationToken::new();
+        let end = CancellationToken::new();
         let drainer = Drainer {
             store: self.store.clone(),
             state_key: self.state_key.clone(),
@@ -425,14 +506,18 @@ impl RunRegistry {
         let task = tokio::spawn(drainer.drain(
             bridge,
             expires_at_ms,
-            stop.clone(),
-            stop_after_tool_calls.clone(),
+            Stops {
+                stop: stop.clone(),
+                after_tools: stop_after_tool_calls.clone(),
+                end: end.clone(),
+            },
         ));
         self.live().insert(
             key,
             LiveRun::Draining {
                 stop,
                 stop_after_tool_calls,
+                end,
                 task,
             },
         );
@@ -463,16 +548,63 @@ impl RunRegistry {
         for id in ids {
             let Some(LiveRun::Draining {
                 stop_after_tool_calls,
+                end,
                 task,
                 ..
             }) = self.live().remove(&id)
             else {
                 continue;
             };
+            // A cancel recorded meanwhile still reaches it.
+            self.settling().insert(id.clone(), end);
             stop_after_tool_calls.cancel();
-            if let Ok(Some(bridge)) = task.await {
+            let settled = task.await;
+            self.settling().remove(&id);
+            if let Ok(Some(bridge)) = settled {
                 self.live().insert(id, LiveRun::Idle(Box::new(bridge)));
             }
+        }
+    }
+}
+
+/// Asks `store` which of the runs `registry` holds another process
+/// cancelled — at once, then every `every` and whenever the store's
+/// cancel watch wakes — and ends them, until the registry is gone or
+/// `stop`.
+async fn apply_cancels(
+    registry: std::sync::Weak<RunRegistry>,
+    store: Arc<dyn StateStore>,
+    every: std::time::Duration,
+    stop: CancellationToken,
+) {
+    let mut woken = match store.watch_cancels().await {
+        Ok(watch) => watch,
+        Err(e) => {
+            tracing::warn!(error = %e, every_ms = every.as_millis() as u64, "cannot watch for cancels; polling for them");
+            crate::store::SettlementWatch::never()
+        }
+    };
+    loop {
+        let Some(held) = registry.upgrade().map(|r| r.held_runs()) else {
+            return;
+        };
+        let mut cancelled = Vec::new();
+        for chunk in held.chunks(crate::store::MAX_CANCEL_QUERY_RUNS) {
+            match store.cancelled_runs(chunk).await {
+                Ok(ids) => cancelled.extend(ids),
+                Err(e) => tracing::warn!(error = %e, "cannot read the cancels of held runs"),
+            }
+        }
+        if !cancelled.is_empty() {
+            match registry.upgrade() {
+                Some(registry) => registry.end_cancelled(&cancelled),
+                None => return,
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = woken.changed() => {}
+            _ = tokio::time::sleep(every) => {}
         }
     }
 }
@@ -492,6 +624,16 @@ struct Drainer {
     run_id: String,
 }
 
+/// What ends a drainer ([`Drainer::drain`]).
+struct Stops {
+    /// Return the bridge now.
+    stop: CancellationToken,
+    /// Return the bridge once no tool call is left running.
+    after_tools: CancellationToken,
+    /// Drop the bridge now: the run was cancelled.
+    end: CancellationToken,
+}
+
 /// Why a drainer stopped recording a settlement.
 enum Recorded {
     /// Recorded; whether the run is still held.
@@ -503,18 +645,17 @@ enum Recorded {
 impl Drainer {
     /// Records each settlement of `bridge` as it lands, until `stop` (the
     /// bridge is returned), `after_tools` with no tool call left running
-    /// here (returned too), the run's end (dropped: its calls are
+    /// here (returned too), `end` or the run's end (dropped: its calls are
     /// cancelled), or its expiry. At the expiry it purges expired runs and
     /// keeps draining if the run was not among them: a host that resumed
     /// it parked it again with a later expiry, and its snapshot may await
     /// the calls running here.
-    async fn drain(
-        self,
-        mut bridge: Bridge,
-        expires_at_ms: u64,
-        stop: CancellationToken,
-        after_tools: CancellationToken,
-    ) -> Option<Bridge> {
+    async fn drain(self, mut bridge: Bridge, expires_at_ms: u64, stops: Stops) -> Option<Bridge> {
+        let Stops {
+            stop,
+            after_tools,
+            end,
+        } = stops;
         let ttl = std::time::Duration::from_millis(expires_at_ms.saturating_sub(unix_ms()))
             .max(std::time::Duration::from_secs(1));
         let expired = tokio::time::sleep(ttl);
@@ -524,6 +665,8 @@ impl Drainer {
                 return Some(bridge);
             }
             tokio::select! {
+                biased;
+                _ = end.cancelled() => return None,
                 _ = stop.cancelled() => return Some(bridge),
                 _ = after_tools.cancelled(), if !after_tools.is_cancelled() => {}
                 _ = &mut expired => {

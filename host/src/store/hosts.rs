@@ -9,12 +9,34 @@
 //! registered with [`HostStore::watch_settlements`] before it reads the
 //! store ([`HostStore::recorded_settlements`]), so that no settlement
 //! recorded in between is missed.
+//!
+//! # Cancels across hosts
+//!
+//! A cancel of a run that another process holds — resuming it in a
+//! `wait`, or draining the tool calls of its parked run — is recorded in
+//! the store ([`HostStore::record_cancels`]). Each process that holds runs
+//! asks the store which of them are cancelled
+//! ([`HostStore::cancelled_runs`]) every [`HostStore::cancel_poll_interval`]
+//! and whenever [`HostStore::watch_cancels`] wakes (PostgreSQL: a `NOTIFY`
+//! on `quickcell_cancel`), and ends them there: the `wait` ends `aborted`,
+//! the drained calls get their cancel signal. A cancel record also makes
+//! the run unclaimable and purgeable once no claim holds it; records are
+//! kept for [`CANCEL_RECORD_TTL_MS`], longer than any run lives.
 
 use super::StoreResult;
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::sync::watch;
+
+/// How long a cancel record is kept, in milliseconds: past the longest
+/// snapshot TTL (86,400 s) and a claim's grace, so that no run outlives
+/// the record of its cancel.
+pub const CANCEL_RECORD_TTL_MS: u64 = 25 * 60 * 60 * 1000;
+
+/// Most run ids one [`HostStore::cancelled_runs`] call is given; callers
+/// holding more ask in chunks.
+pub const MAX_CANCEL_QUERY_RUNS: usize = 512;
 
 /// Host liveness and settlement wake-ups. The defaults describe a store
 /// no other host shares: it announces no host, so no snapshot names a
@@ -54,15 +76,50 @@ pub trait HostStore: Send + Sync {
     ) -> StoreResult<Vec<(u64, String)>> {
         Ok(Vec::new())
     }
+
+    /// Records a cancel of each of `run_ids` (their owners already
+    /// checked by the caller), kept until `expires_at_ms`, and wakes the
+    /// [`HostStore::watch_cancels`] of every host. Recording one twice
+    /// keeps the first. A store no other process shares records nothing:
+    /// its runs are cancelled in-process.
+    async fn record_cancels(&self, _run_ids: &[String], _expires_at_ms: u64) -> StoreResult<()> {
+        Ok(())
+    }
+
+    /// Those of `run_ids` (at most [`MAX_CANCEL_QUERY_RUNS`]) that have a
+    /// cancel record.
+    async fn cancelled_runs(&self, _run_ids: &[String]) -> StoreResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// A watch that wakes when any host records a cancel; one that never
+    /// wakes when the store cannot tell (polling alone then finds them).
+    async fn watch_cancels(&self) -> StoreResult<SettlementWatch> {
+        Ok(SettlementWatch::never())
+    }
+
+    /// How often a process holding runs asks for their cancels, or `None`
+    /// when no other process shares the store (nothing to ask for).
+    fn cancel_poll_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
-/// A watch on one run's settlements ([`HostStore::watch_settlements`]).
+/// A wake-up from the store: one run's settlements
+/// ([`HostStore::watch_settlements`]) or any host's cancels
+/// ([`HostStore::watch_cancels`]).
 pub struct SettlementWatch(watch::Receiver<u64>);
 
 impl SettlementWatch {
     /// A watch that never wakes.
     pub fn never() -> Self {
         Self(watch::channel(0).1)
+    }
+
+    /// A watch woken by every change `sender` sends (a backend's own
+    /// wake-up, such as its cancel notifications).
+    pub(crate) fn of(sender: &watch::Sender<u64>) -> Self {
+        Self(sender.subscribe())
     }
 
     /// Waits until a settlement of the run is recorded (or the store can

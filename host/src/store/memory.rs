@@ -23,6 +23,10 @@ pub struct MemoryStateStore {
     usage: Mutex<Vec<UsageRecord>>,
     /// Watches of runs' settlements.
     wakers: super::SettlementWakers,
+    /// Cancel records: run id → expiry (Unix ms).
+    cancels: Mutex<HashMap<String, u64>>,
+    /// Bumped by every cancel recorded.
+    cancel_wake: tokio::sync::watch::Sender<u64>,
 }
 
 use super::lock;
@@ -38,13 +42,14 @@ struct MemoryRun {
 }
 
 impl MemoryRun {
-    fn row(&self) -> super::RunRow<'_> {
+    fn row(&self, cancelled: bool) -> super::RunRow<'_> {
         super::RunRow {
             agent_run: &self.run.owner.agent_run,
             session: &self.run.owner.session,
             claimed_until_ms: self.claimed_until_ms,
             expires_at_ms: self.run.expires_at_ms,
             regrant: self.run.regrant,
+            cancelled,
         }
     }
 }
@@ -53,13 +58,48 @@ impl MemoryStateStore {
     fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<String, MemoryRun>> {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn cancelled(&self, run_id: &str) -> bool {
+        lock(&self.cancels).contains_key(run_id)
+    }
 }
+
+/// How often a runtime over a [`MemoryStateStore`] another runtime of the
+/// process shares asks for cancels (a recorded cancel also wakes it).
+const MEMORY_CANCEL_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs here are this process's alone: no host is announced, so no run
 /// waits on another host; watches and recorded settlements work as in the
 /// shared backends.
 #[async_trait]
 impl super::HostStore for MemoryStateStore {
+    async fn record_cancels(&self, run_ids: &[String], expires_at_ms: u64) -> StoreResult<()> {
+        let mut cancels = lock(&self.cancels);
+        for id in run_ids {
+            cancels.entry(id.clone()).or_insert(expires_at_ms);
+        }
+        drop(cancels);
+        self.cancel_wake.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    async fn cancelled_runs(&self, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        let cancels = lock(&self.cancels);
+        Ok(run_ids
+            .iter()
+            .filter(|id| cancels.contains_key(*id))
+            .cloned()
+            .collect())
+    }
+
+    async fn watch_cancels(&self) -> StoreResult<super::SettlementWatch> {
+        Ok(super::SettlementWatch::of(&self.cancel_wake))
+    }
+
+    fn cancel_poll_interval(&self) -> Option<std::time::Duration> {
+        Some(MEMORY_CANCEL_POLL)
+    }
+
     async fn watch_settlements(&self, run_id: &str) -> StoreResult<super::SettlementWatch> {
         Ok(self.wakers.watch(run_id))
     }
@@ -131,7 +171,7 @@ impl RunStore for MemoryStateStore {
         let Some(entry) = runs.get_mut(run_id) else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
-        match entry.row().claim(owner, now_ms) {
+        match entry.row(self.cancelled(run_id)).claim(owner, now_ms) {
             super::ClaimDecision::Remove => {
                 runs.remove(run_id);
                 return Ok(Err(ClaimRefused::Unavailable));
@@ -223,12 +263,14 @@ impl RunStore for MemoryStateStore {
         let expired: Vec<String> = runs
             .iter()
             // A lapsed claim of a restart-safe run stays for a new one.
-            .filter(|(_, e)| e.row().purgeable(now_ms))
+            .filter(|(id, e)| e.row(self.cancelled(id)).purgeable(now_ms))
             .map(|(id, _)| id.clone())
             .collect();
         for id in &expired {
             runs.remove(id);
         }
+        drop(runs);
+        lock(&self.cancels).retain(|_, expires| *expires > now_ms);
         Ok(expired)
     }
 }

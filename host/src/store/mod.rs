@@ -57,16 +57,18 @@ mod sqlite;
 #[cfg(test)]
 mod tests;
 
-pub use hosts::{HostStore, SettlementWakers, SettlementWatch};
+pub use hosts::{
+    HostStore, SettlementWakers, SettlementWatch, CANCEL_RECORD_TTL_MS, MAX_CANCEL_QUERY_RUNS,
+};
 pub use memory::{MemoryStateStore, MAX_MEMORY_USAGE_RECORDS};
 #[cfg(feature = "postgres")]
 pub use postgres::{
     PostgresLimits, PostgresStateStore, DEFAULT_POSTGRES_CONNECTIONS, HOST_HEARTBEAT_INTERVAL,
-    HOST_LIVENESS_TTL, MAX_POSTGRES_CONNECTIONS, POSTGRES_CONNECT_TIMEOUT,
+    HOST_LIVENESS_TTL, MAX_POSTGRES_CONNECTIONS, POSTGRES_CANCEL_POLL, POSTGRES_CONNECT_TIMEOUT,
     POSTGRES_STATEMENT_TIMEOUT,
 };
 #[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteStateStore, STATE_FILE};
+pub use sqlite::{SqliteStateStore, SQLITE_CANCEL_POLL, STATE_FILE};
 
 use async_trait::async_trait;
 
@@ -148,6 +150,8 @@ pub(crate) struct RunRow<'a> {
     pub claimed_until_ms: Option<u64>,
     pub expires_at_ms: u64,
     pub regrant: bool,
+    /// A cancel is recorded for it ([`HostStore::record_cancels`]).
+    pub cancelled: bool,
 }
 
 /// What a claim does with a run, in the contract's admission order: known
@@ -174,17 +178,18 @@ impl RunRow<'_> {
     /// Whether a purge at `now_ms` removes it.
     pub(crate) fn purgeable(&self, now_ms: u64) -> bool {
         match self.lapsed(now_ms) {
-            Some(regrant) => !regrant,
-            None => self.claimed_until_ms.is_none() && self.expires_at_ms <= now_ms,
+            Some(regrant) => !regrant || self.cancelled,
+            None => {
+                self.claimed_until_ms.is_none() && (self.expires_at_ms <= now_ms || self.cancelled)
+            }
         }
     }
 
     /// What claiming it for `owner` at `now_ms` does.
     pub(crate) fn claim(&self, owner: &Owner, now_ms: u64) -> ClaimDecision {
-        let lapsed = self.lapsed(now_ms);
-        if (self.claimed_until_ms.is_none() && self.expires_at_ms <= now_ms)
-            || lapsed == Some(false)
-        {
+        // A cancelled run is gone unless a claim still holds it: its
+        // holder ends that claim when it learns of the cancel.
+        if self.purgeable(now_ms) {
             return ClaimDecision::Remove;
         }
         if self.agent_run != owner.agent_run {
@@ -193,7 +198,7 @@ impl RunRow<'_> {
         if self.session != owner.session {
             return ClaimDecision::Refuse(ClaimRefused::OtherSession);
         }
-        if self.claimed_until_ms.is_some() && lapsed.is_none() {
+        if self.claimed_until_ms.is_some() && self.lapsed(now_ms).is_none() {
             return ClaimDecision::Refuse(ClaimRefused::Busy);
         }
         ClaimDecision::Grant

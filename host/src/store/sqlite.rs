@@ -22,6 +22,8 @@ pub struct SqliteStateStore {
     host_id: String,
     /// Watches of runs' settlements, woken by this process's records.
     wakers: Arc<super::SettlementWakers>,
+    /// Bumped by this process's cancel records.
+    cancel_wake: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The connection and the blocking operations over it.
@@ -78,7 +80,15 @@ CREATE TABLE IF NOT EXISTS settlements (
     settlement TEXT NOT NULL,
     PRIMARY KEY (run_id, request_id)
 );
+CREATE TABLE IF NOT EXISTS run_cancels (
+    run_id TEXT PRIMARY KEY,
+    expires_at_ms INTEGER NOT NULL
+);
 ";
+
+/// How often a process holding runs of a SQLite store asks which of them
+/// another process cancelled (SQLite cannot wake other processes).
+pub const SQLITE_CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Stores made before settlements outlived their generation keyed them by
 /// it: keep the first settlement recorded for each request.
@@ -167,6 +177,7 @@ impl SqliteStateStore {
             shared: dir.is_some(),
             host_id: format!("h_{}", uuid::Uuid::new_v4().simple()),
             wakers: Arc::default(),
+            cancel_wake: Arc::default(),
         })
     }
 
@@ -259,10 +270,11 @@ impl Db {
     ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        type Row = (String, String, String, i64, i64, Option<i64>, bool);
+        type Row = (String, String, String, i64, i64, Option<i64>, bool, bool);
         let row: Option<Row> = tx
             .query_row(
-                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant
+                "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant,
+                        EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id)
                  FROM runs WHERE run_id = ?1",
                 params![run_id],
                 |r| {
@@ -274,11 +286,21 @@ impl Db {
                         r.get(4)?,
                         r.get(5)?,
                         r.get(6)?,
+                        r.get(7)?,
                     ))
                 },
             )
             .optional()?;
-        let Some((agent_run, session, state, generation, expires_at, claimed_until, regrant)) = row
+        let Some((
+            agent_run,
+            session,
+            state,
+            generation,
+            expires_at,
+            claimed_until,
+            regrant,
+            cancelled,
+        )) = row
         else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
@@ -289,6 +311,7 @@ impl Db {
                 .then(|| claimed_until.unwrap_or(0).max(0) as u64),
             expires_at_ms: expires_at.max(0) as u64,
             regrant,
+            cancelled,
         };
         match row.claim(owner, now_ms) {
             super::ClaimDecision::Remove => {
@@ -441,16 +464,46 @@ impl Db {
         let ids = {
             let mut stmt = tx.prepare(
                 "SELECT run_id FROM runs
-                 WHERE (state = 'parked' AND expires_at_ms <= ?1)
+                 WHERE (state = 'parked'
+                        AND (expires_at_ms <= ?1 OR run_id IN (SELECT run_id FROM run_cancels)))
                     OR (state = 'resuming' AND claimed_until_ms < ?1
-                        AND NOT (regrant AND expires_at_ms > ?1))",
+                        AND NOT (regrant AND expires_at_ms > ?1
+                                 AND run_id NOT IN (SELECT run_id FROM run_cancels)))",
             )?;
             let rows = stmt.query_map(params![now], |r| r.get(0))?;
             rows.collect::<Result<Vec<String>, _>>()?
         };
         delete_runs(&tx, &ids)?;
+        tx.execute(
+            "DELETE FROM run_cancels WHERE expires_at_ms <= ?1",
+            params![now],
+        )?;
         tx.commit()?;
         Ok(ids)
+    }
+
+    fn record_cancels(&self, run_ids: &[String], expires_at_ms: u64) -> anyhow::Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for id in run_ids {
+            tx.execute(
+                "INSERT OR IGNORE INTO run_cancels (run_id, expires_at_ms) VALUES (?1, ?2)",
+                params![id, to_i64(expires_at_ms)],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn cancelled_runs(&self, run_ids: &[String]) -> anyhow::Result<Vec<String>> {
+        // The ids as a JSON array (`json_each` reads it).
+        let ids = serde_json::to_string(run_ids)?;
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT run_id FROM run_cancels WHERE run_id IN (SELECT value FROM json_each(?1))",
+        )?;
+        let rows = stmt.query_map(params![ids], |r| r.get(0))?;
+        Ok(rows.collect::<Result<Vec<String>, _>>()?)
     }
 
     fn store_get(&self, session: &str, key: &str) -> anyhow::Result<Option<String>> {
@@ -698,6 +751,27 @@ impl super::HostStore for SqliteStateStore {
 
     async fn watch_settlements(&self, run_id: &str) -> StoreResult<super::SettlementWatch> {
         Ok(self.wakers.watch(run_id))
+    }
+
+    async fn record_cancels(&self, run_ids: &[String], expires_at_ms: u64) -> StoreResult<()> {
+        let ids = run_ids.to_vec();
+        self.blocking(move |db| db.record_cancels(&ids, expires_at_ms))
+            .await?;
+        self.cancel_wake.send_modify(|n| *n = n.wrapping_add(1));
+        Ok(())
+    }
+
+    async fn cancelled_runs(&self, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        let ids = run_ids.to_vec();
+        self.blocking(move |db| db.cancelled_runs(&ids)).await
+    }
+
+    async fn watch_cancels(&self) -> StoreResult<super::SettlementWatch> {
+        Ok(super::SettlementWatch::of(&self.cancel_wake))
+    }
+
+    fn cancel_poll_interval(&self) -> Option<std::time::Duration> {
+        Some(SQLITE_CANCEL_POLL)
     }
 
     async fn recorded_settlements(

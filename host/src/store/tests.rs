@@ -512,3 +512,105 @@ async fn a_sqlite_host_is_alive_for_itself_only() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_cancel_record_ends_a_run_once_no_claim_holds_it() {
+    for store in stores().await {
+        cancel_records(&*store).await;
+    }
+}
+
+async fn cancel_records(store: &dyn StateStore) {
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let me = owner("a", "s");
+    let mut woken = store.watch_cancels().await.unwrap();
+    for id in ["parked", "held", "held_regrant", "other"] {
+        let mut run = parked(id, 10_000);
+        run.regrant = id == "held_regrant";
+        store.park(run).await.unwrap();
+    }
+    for id in ["held", "held_regrant"] {
+        store.claim(id, &me, 1, 100).await.unwrap().unwrap();
+    }
+    assert!(store
+        .cancelled_runs(&ids(&["parked", "held"]))
+        .await
+        .unwrap()
+        .is_empty());
+    store
+        .record_cancels(&ids(&["parked", "held", "held_regrant", "gone"]), 5_000)
+        .await
+        .unwrap();
+    // Recording one twice keeps the first (its expiry too).
+    store
+        .record_cancels(&ids(&["parked"]), 50_000)
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), woken.changed())
+        .await
+        .expect("the cancel watch wakes");
+    let mut cancelled = store
+        .cancelled_runs(&ids(&["parked", "held", "other", "gone"]))
+        .await
+        .unwrap();
+    cancelled.sort();
+    assert_eq!(cancelled, ids(&["gone", "held", "parked"]));
+    // A parked run with a cancel record is gone for a claim; one a claim
+    // holds stays held for that claim's holder to end.
+    assert_eq!(
+        store
+            .claim("parked", &me, 2, 100)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::Unavailable
+    );
+    assert_eq!(
+        store.claim("held", &me, 2, 100).await.unwrap().unwrap_err(),
+        ClaimRefused::Busy
+    );
+    // Once its claim has lapsed, a cancelled run is purged even if it
+    // could otherwise be claimed again.
+    let mut purged = store.purge_expired(200).await.unwrap();
+    purged.sort();
+    assert_eq!(purged, ids(&["held", "held_regrant"]));
+    assert_eq!(store.count_runs().await.unwrap(), 1);
+    assert!(store.claim("other", &me, 300, 400).await.unwrap().is_ok());
+    // Records are kept until their expiry, then purged.
+    store.purge_expired(5_000).await.unwrap();
+    assert!(store
+        .cancelled_runs(&ids(&["parked", "held", "gone"]))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// A cancel recorded through one PostgreSQL store wakes another store's
+/// cancel watch (`NOTIFY quickcell_cancel`) and is visible to it.
+#[cfg(feature = "postgres")]
+#[tokio::test]
+async fn a_postgres_cancel_wakes_another_host() {
+    let url = crate::testing::postgres_database();
+    let a = PostgresStateStore::connect(&url).await.unwrap();
+    let b = PostgresStateStore::connect(&url).await.unwrap();
+    let mut woken = b.watch_cancels().await.unwrap();
+    // No wake without a cancel.
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), woken.changed())
+            .await
+            .is_err()
+    );
+    a.record_cancels(&["cm_x".to_string()], u64::MAX / 2)
+        .await
+        .unwrap();
+    // The watch does not poll: only the notification wakes it.
+    tokio::time::timeout(std::time::Duration::from_secs(10), woken.changed())
+        .await
+        .expect("B is woken by A's cancel");
+    assert_eq!(
+        b.cancelled_runs(&["cm_x".to_string(), "cm_y".to_string()])
+            .await
+            .unwrap(),
+        vec!["cm_x".to_string()]
+    );
+}

@@ -68,35 +68,65 @@ impl HostStore for PostgresStateStore {
 
     async fn watch_settlements(&self, run_id: &str) -> StoreResult<SettlementWatch> {
         let watch = self.hosts.wakers.watch(run_id);
-        let hosts = &self.hosts;
-        let mut listening = hosts
-            .listening
-            .get_or_init(|| async {
-                let (ready, listening) = tokio::sync::watch::channel(false);
-                tokio::spawn(listen(
-                    hosts.config.clone(),
-                    hosts.tls.clone(),
-                    Arc::downgrade(&hosts.wakers),
-                    ready,
-                    hosts.stop.clone(),
-                ));
-                listening
-            })
+        self.listening()
             .await
-            .clone();
-        // The watch counts from when the connection listens.
-        let listens = tokio::time::timeout(
-            hosts.connect_timeout,
-            listening.wait_for(|listens| *listens),
-        )
-        .await;
-        if !matches!(listens, Ok(Ok(_))) {
-            return Err(anyhow::anyhow!(
-                "cannot listen for settlements: the LISTEN connection to the state store is down (its errors are logged)"
-            )
-            .into());
-        }
+            .map_err(|e| anyhow::anyhow!("cannot listen for settlements: {e}"))?;
         Ok(watch)
+    }
+
+    async fn record_cancels(&self, run_ids: &[String], expires_at_ms: u64) -> StoreResult<()> {
+        let work = async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO run_cancels (run_id, expires_at_ms)
+                     SELECT id, $2 FROM unnest($1::text[]) AS id
+                     ON CONFLICT (run_id) DO NOTHING",
+                    &[&run_ids, &to_i64(expires_at_ms)],
+                )
+                .await?;
+            // A statement of its own, as for settlements: a notification
+            // that cannot be queued loses no cancel (hosts also poll).
+            if let Err(e) = client
+                .execute(
+                    "SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id",
+                    &[&CANCEL_CHANNEL, &run_ids],
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "cannot announce a recorded cancel");
+            }
+            anyhow::Ok(())
+        };
+        Ok(work.await?)
+    }
+
+    async fn cancelled_runs(&self, run_ids: &[String]) -> StoreResult<Vec<String>> {
+        let work = async {
+            let rows = self
+                .client()
+                .await?
+                .query(
+                    "SELECT run_id FROM run_cancels WHERE run_id = ANY($1)",
+                    &[&run_ids],
+                )
+                .await?;
+            anyhow::Ok(rows.iter().map(|r| r.get(0)).collect())
+        };
+        Ok(work.await?)
+    }
+
+    async fn watch_cancels(&self) -> StoreResult<SettlementWatch> {
+        self.listening()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen for cancels: {e}"))?;
+        // From when the connection listens: its first wake is not a cancel.
+        // A caller reads the cancels it cares about after watching.
+        Ok(SettlementWatch::of(&self.hosts.cancel_wake))
+    }
+
+    fn cancel_poll_interval(&self) -> Option<Duration> {
+        Some(POSTGRES_CANCEL_POLL)
     }
 
     async fn recorded_settlements(
@@ -118,6 +148,67 @@ impl HostStore for PostgresStateStore {
             anyhow::Ok(rows.iter().map(|r| (to_u64(r.get(0)), r.get(1))).collect())
         };
         Ok(work.await?)
+    }
+}
+
+impl PostgresStateStore {
+    /// Starts the `LISTEN` connection (once) and waits until it listens,
+    /// at most the connect timeout.
+    async fn listening(&self) -> anyhow::Result<()> {
+        let hosts = &self.hosts;
+        let mut listening = hosts
+            .listening
+            .get_or_init(|| async {
+                let (ready, listening) = tokio::sync::watch::channel(false);
+                tokio::spawn(listen(
+                    hosts.config.clone(),
+                    hosts.tls.clone(),
+                    Wakes {
+                        settlements: Arc::downgrade(&hosts.wakers),
+                        cancels: Arc::downgrade(&hosts.cancel_wake),
+                    },
+                    ready,
+                    hosts.stop.clone(),
+                ));
+                listening
+            })
+            .await
+            .clone();
+        // A watch counts from when the connection listens.
+        let listens = tokio::time::timeout(
+            hosts.connect_timeout,
+            listening.wait_for(|listens| *listens),
+        )
+        .await;
+        if !matches!(listens, Ok(Ok(_))) {
+            anyhow::bail!(
+                "the LISTEN connection to the state store is down (its errors are logged)"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// What the `LISTEN` connection wakes: the watches of runs' settlements,
+/// and the cancel watches.
+#[derive(Clone)]
+struct Wakes {
+    settlements: std::sync::Weak<SettlementWakers>,
+    cancels: std::sync::Weak<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Wakes {
+    /// Wakes every watch (notifications may have been lost); `false` once
+    /// the store is gone.
+    fn all(&self) -> bool {
+        let Some(wakers) = self.settlements.upgrade() else {
+            return false;
+        };
+        wakers.wake_all();
+        if let Some(cancels) = self.cancels.upgrade() {
+            cancels.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        true
     }
 }
 
@@ -180,29 +271,37 @@ async fn heartbeat(
     }
 }
 
-/// Keeps one connection listening on [`SETTLEMENT_CHANNEL`] and wakes the
-/// watches of the runs it names, until `stop` or the wakers are dropped.
-/// `ready` is `true` while it listens; every reconnection wakes all
-/// watches, since notifications sent meanwhile were lost.
+/// Keeps one connection listening on [`SETTLEMENT_CHANNEL`] and
+/// [`CANCEL_CHANNEL`], waking the watches of the runs settlement
+/// notifications name and the cancel watches, until `stop` or the store is
+/// dropped. `ready` is `true` while it listens; every reconnection wakes
+/// all watches, since notifications sent meanwhile were lost.
 async fn listen(
     config: tokio_postgres::Config,
     tls: tokio_postgres_rustls::MakeRustlsConnect,
-    wakers: std::sync::Weak<SettlementWakers>,
+    wakes: Wakes,
     ready: tokio::sync::watch::Sender<bool>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let listened = async {
             let (client, mut connection) = config.connect(tls.clone()).await?;
-            // The connection is driven here, and wakes the watches of the
-            // runs its notifications name.
-            let notified = wakers.clone();
+            // The connection is driven here, and wakes the watches its
+            // notifications concern.
+            let notified = wakes.clone();
             let driver = tokio::spawn(async move {
                 while let Some(message) =
                     std::future::poll_fn(|cx| connection.poll_message(cx)).await
                 {
                     if let tokio_postgres::AsyncMessage::Notification(n) = message? {
-                        match notified.upgrade() {
+                        if n.channel() == CANCEL_CHANNEL {
+                            match notified.cancels.upgrade() {
+                                Some(cancels) => cancels.send_modify(|n| *n = n.wrapping_add(1)),
+                                None => break,
+                            }
+                            continue;
+                        }
+                        match notified.settlements.upgrade() {
                             Some(wakers) => wakers.wake(n.payload()),
                             None => break,
                         }
@@ -211,11 +310,11 @@ async fn listen(
                 Ok::<_, tokio_postgres::Error>(())
             });
             client
-                .batch_execute(&format!("LISTEN {SETTLEMENT_CHANNEL}"))
+                .batch_execute(&format!(
+                    "LISTEN {SETTLEMENT_CHANNEL}; LISTEN {CANCEL_CHANNEL}"
+                ))
                 .await?;
-            if let Some(wakers) = wakers.upgrade() {
-                wakers.wake_all();
-            }
+            wakes.all();
             ready.send_replace(true);
             // The client lives as long as the connection.
             let ended = driver.await;
@@ -227,7 +326,7 @@ async fn listen(
             _ = stop.cancelled() => return,
             ended = listened => {
                 ready.send_replace(false);
-                if wakers.strong_count() == 0 {
+                if wakes.settlements.strong_count() == 0 {
                     return;
                 }
                 if let Err(e) = ended {
@@ -235,8 +334,8 @@ async fn listen(
                 }
             }
         }
-        if let Some(wakers) = wakers.upgrade() {
-            wakers.wake_all();
+        if !wakes.all() {
+            return;
         }
         tokio::select! {
             _ = stop.cancelled() => return,

@@ -66,6 +66,15 @@ pub const MAX_POSTGRES_CA_FILE_BYTES: usize = 1 << 20;
 /// The channel settlements are announced on; the payload is the run id.
 const SETTLEMENT_CHANNEL: &str = "quickcell_settlement";
 
+/// The channel cancels are announced on; the payload is the run id.
+const CANCEL_CHANNEL: &str = "quickcell_cancel";
+
+/// How often a host holding runs asks which of them another host
+/// cancelled, besides being woken by `NOTIFY` on `quickcell_cancel` (a
+/// notification lost while the `LISTEN` connection was down is found
+/// this late).
+pub const POSTGRES_CANCEL_POLL: Duration = Duration::from_secs(2);
+
 /// How long an answer of [`HostStore::host_alive`] is reused, so that
 /// many runs waiting on one host ask the database once.
 const LIVENESS_CACHE_TTL: Duration = Duration::from_millis(500);
@@ -208,6 +217,12 @@ CREATE TABLE quickcell_hosts (
     alive_until TIMESTAMPTZ NOT NULL
 );
 ",
+    "
+CREATE TABLE run_cancels (
+    run_id TEXT PRIMARY KEY,
+    expires_at_ms BIGINT NOT NULL
+);
+",
 ];
 
 /// Key of the advisory lock that serializes migrations across hosts
@@ -235,6 +250,8 @@ struct Hosts {
     /// watch.
     listening: tokio::sync::OnceCell<tokio::sync::watch::Receiver<bool>>,
     wakers: Arc<SettlementWakers>,
+    /// Bumped by every cancel notification (and every reconnection).
+    cancel_wake: Arc<tokio::sync::watch::Sender<u64>>,
     /// Recent answers of `host_alive`.
     liveness: Mutex<HashMap<String, (bool, Instant)>>,
     /// Ends the heartbeat and the `LISTEN` connection with the store.
@@ -318,6 +335,7 @@ impl PostgresStateStore {
                 announced: Default::default(),
                 listening: Default::default(),
                 wakers: Default::default(),
+                cancel_wake: Default::default(),
                 liveness: Default::default(),
                 stop: Default::default(),
             }),
@@ -504,7 +522,8 @@ impl RunStore for PostgresStateStore {
             let tx = client.transaction().await?;
             let row = tx
                 .query_opt(
-                    "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant
+                    "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant,
+                            EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id)
                      FROM runs WHERE run_id = $1 FOR UPDATE",
                     &[&run_id],
                 )
@@ -522,6 +541,7 @@ impl RunStore for PostgresStateStore {
                 claimed_until_ms: (state == "resuming").then(|| to_u64(claimed_until.unwrap_or(0))),
                 expires_at_ms: to_u64(expires_at),
                 regrant: row.get(6),
+                cancelled: row.get(7),
             };
             match row.claim(owner, now_ms) {
                 super::ClaimDecision::Remove => {
@@ -710,9 +730,11 @@ async fn purge(
     let ids: Vec<String> = tx
         .query(
             "DELETE FROM runs
-             WHERE (state = 'parked' AND expires_at_ms <= $1)
+             WHERE (state = 'parked'
+                    AND (expires_at_ms <= $1 OR run_id IN (SELECT run_id FROM run_cancels)))
                 OR (state = 'resuming' AND claimed_until_ms < $1
-                    AND NOT (regrant AND expires_at_ms > $1))
+                    AND NOT (regrant AND expires_at_ms > $1
+                             AND run_id NOT IN (SELECT run_id FROM run_cancels)))
              RETURNING run_id",
             &[&to_i64(now_ms)],
         )
@@ -724,5 +746,10 @@ async fn purge(
         tx.execute("DELETE FROM settlements WHERE run_id = ANY($1)", &[&ids])
             .await?;
     }
+    tx.execute(
+        "DELETE FROM run_cancels WHERE expires_at_ms <= $1",
+        &[&to_i64(now_ms)],
+    )
+    .await?;
     Ok(ids)
 }
