@@ -256,12 +256,19 @@ fn build_state() -> anyhow_like::Result<State> {
             .map_err(|e| e.to_string())?;
         // Text entries are serialized here rather than with JSON.stringify in
         // the prelude: about a fifth of the fuel for the most common entry.
+        // A lone surrogate is written as its `\udXXX` escape, as
+        // `JSON.stringify` does; the host keeps it so.
         native
             .set(
                 "emitText",
-                Func::from(|text: String| {
-                    let text = serde_json::to_string(&text).expect("strings serialize");
-                    host::emit(&format!(r#"{{"type":"text","text":{text}}}"#));
+                Func::from(|ctx: Ctx<'_>, text: Value<'_>| {
+                    let mut entry = String::from(r#"{"type":"text","text":"#);
+                    // `None` only when QuickJS is out of memory: the entry
+                    // is lost with the rest of the cell.
+                    if plain_json::write_string(&ctx, &text, &mut entry).is_some() {
+                        entry.push('}');
+                        host::emit(&entry);
+                    }
                 }),
             )
             .map_err(|e| e.to_string())?;

@@ -67,10 +67,8 @@
   const InternalErrorProto = G.InternalError ? G.InternalError.prototype : null;
   const emitNative = native.emit;
   const emitTextNative = native.emitText;
-  const toWellFormed = uncurry(String.prototype.toWellFormed);
-  // Rust strings cannot hold lone surrogates: they become U+FFFD on the
-  // way out (the same projection the host applies to values).
-  const emitText = (s) => emitTextNative(toWellFormed(s));
+  // Lone surrogates leave as `\udXXX` escapes (the native writes them).
+  const emitText = emitTextNative;
   const isPromise = native.isPromise;
   const isProxy = native.isProxy;
 

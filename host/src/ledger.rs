@@ -70,7 +70,7 @@ impl Ledger {
             wall_ms: started.elapsed().as_millis() as u64,
             guest_us: stats.guest_ns.load(Ordering::Relaxed) / 1_000,
             tool_calls: stats.tool_calls.load(Ordering::Relaxed),
-            output_bytes: crate::output::output_len(result.output()) as u64,
+            output_bytes: result.output_bytes() as u64,
             snapshot_bytes: stats.snapshot_bytes.load(Ordering::Relaxed),
             outcome,
         };

@@ -325,7 +325,8 @@ pub mod testing {
             buffer.push_raw(text.as_bytes());
             buffer.push_raw(text.as_bytes());
             let entries = buffer.to_values();
-            let _ = crate::output::fit_to_budget(budget, entries, Some("null"), None);
+            let _ =
+                crate::output::fit_to_budget_with_dropped(budget, entries, Some("null"), None, 0);
         }
 
         /// One bridge request with any method and argument text, dispatched

@@ -17,11 +17,15 @@
 //!   list costs nothing).
 //! - `V` = the value's compact JSON. The value arrives as JSON text; it is
 //!   parsed and re-serialized so that `V` is exactly what the caller will
-//!   emit (e.g. `1e+21` becomes `1e21`). JavaScript's well-formed
-//!   `JSON.stringify` may escape lone surrogates (`"\ud800"`), which Rust
-//!   strings cannot hold: such escapes are replaced with `\ufffd` before
-//!   parsing. That is a projection of the data, not a cut; cutting itself
-//!   never produces U+FFFD.
+//!   emit (e.g. `1.50` becomes `1.5`).
+//! - **Lone surrogates.** JavaScript's well-formed `JSON.stringify` escapes
+//!   lone surrogates (`"\ud800"`), which Rust strings — and so `Value` —
+//!   cannot hold. Such a value or entry is kept twice ([`GuestJson`]): its
+//!   *exact* canonical text, which keeps each lone surrogate as its
+//!   lowercase `\udXXX` escape, and a well-formed projection with U+FFFD
+//!   in its place. Sizes are the exact text's; the result's text form
+//!   ([`crate::CellResult::to_json`]) writes the exact text, its structured
+//!   form the projection. Cutting itself never produces U+FFFD.
 //! - `E` = the error string as a JSON string literal (quotes and escapes
 //!   included).
 //!
@@ -72,13 +76,54 @@ pub const ERROR_TRUNCATED_SUFFIX: &str = " [error truncated]";
 /// Bytes an entry `{"type":"json","value":X}` adds around `X`.
 const JSON_ENTRY_OVERHEAD: usize = r#"{"type":"json","value":}"#.len();
 
+/// JSON from the guest: its well-formed projection, and its exact
+/// canonical text when that holds lone-surrogate escapes the projection
+/// cannot (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GuestJson {
+    /// The projection: lone surrogates are U+FFFD.
+    pub value: Value,
+    /// The canonical compact text with lone surrogates as `\udXXX`; `None`
+    /// when it is the projection's own text.
+    pub exact: Option<String>,
+}
+
+impl GuestJson {
+    /// JSON made on the host: no exact text.
+    pub fn host(value: Value) -> Self {
+        Self { value, exact: None }
+    }
+
+    /// Bytes of its text as a result carries it.
+    pub fn len(&self) -> usize {
+        match &self.exact {
+            Some(text) => text.len(),
+            None => json_len(&self.value),
+        }
+    }
+
+    /// Its text as a result carries it.
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.exact {
+            Some(text) => text.into(),
+            None => self.value.to_string().into(),
+        }
+    }
+}
+
 /// What fits in the budget.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fitted {
-    /// Output entries to deliver (leading entries, maybe a summary marker).
+    /// Output entries to deliver (leading entries, maybe a summary marker),
+    /// as projections.
     pub output: Vec<Value>,
+    /// The exact texts of entries of `output` that hold lone surrogates,
+    /// by index.
+    pub output_exact: Vec<(usize, String)>,
     /// The value, or its truncation marker; `None` when no value was given.
     pub value: Option<Value>,
+    /// The value's exact text, when it is whole and holds lone surrogates.
+    pub value_exact: Option<String>,
     /// The error, possibly cut and suffixed; `None` when none was given.
     pub error: Option<String>,
     /// Bytes used by `output` (sum of entries), `value` and `error` (as JSON
@@ -141,25 +186,25 @@ pub fn fit_to_budget(
 /// As [`fit_to_budget`].
 pub fn fit_to_budget_with_dropped(
     budget: usize,
-    output: Vec<Value>,
+    output: Vec<impl Into<GuestJson>>,
     value_json: Option<&str>,
     error: Option<&str>,
     dropped_bytes: usize,
 ) -> Result<Fitted, FitError> {
+    let output: Vec<GuestJson> = output.into_iter().map(Into::into).collect();
     // A value whose text is over twice the budget cannot fit in any form
-    // (canonical text is at least half as long as the guest's: the most it
-    // shrinks is a lone-surrogate escape, 6 bytes, becoming U+FFFD, 3), so
-    // it is never parsed: its marker is cut from the guest's text. This
-    // keeps a huge value from becoming a huge tree on the host.
+    // (canonical text is at least half as long as the guest's
+    // `JSON.stringify` text, which has no whitespace and escapes only
+    // controls and lone surrogates, kept as they are: only a number may be
+    // written differently), so it is never parsed: its marker is cut
+    // from the guest's text. This keeps a huge value from becoming a huge
+    // tree on the host.
     let value = match value_json {
         Some(text) if text.len() > budget.saturating_mul(2) => Some(ValueText::Unparsed(text)),
-        Some(text) => {
-            let (value, canonical) = canonical_value(text)?;
-            Some(ValueText::Parsed(value, canonical))
-        }
+        Some(text) => Some(ValueText::Parsed(canonical_value(text)?)),
         None => None,
     };
-    let entry_lens: Vec<usize> = output.iter().map(json_len).collect();
+    let entry_lens: Vec<usize> = output.iter().map(GuestJson::len).collect();
     let o = list_len(entry_lens.iter().sum(), entry_lens.len());
     let v = value.as_ref().map_or(0, ValueText::len);
 
@@ -193,22 +238,40 @@ pub fn fit_to_budget_with_dropped(
     let value_allowance = r - used_output;
     let (value, used_value, value_truncated) = match value {
         None => (None, 0, false),
-        Some(ValueText::Parsed(value, text)) if text.len() <= value_allowance => {
-            (Some(value), text.len(), false)
+        Some(ValueText::Parsed(value)) if value.len() <= value_allowance => {
+            let len = value.len();
+            (Some(GuestJson::from(value)), len, false)
         }
         Some(value) => {
             let marker = truncation_marker(value.text(), value_allowance)
                 .ok_or(FitError::OutputLimitExceeded)?;
             let len = json_len(&marker);
-            (Some(marker), len, true)
+            (Some(GuestJson::host(marker)), len, true)
         }
     };
+    let (value, value_exact) = match value {
+        Some(GuestJson { value, exact }) => (Some(value), exact),
+        None => (None, None),
+    };
+    let mut output_exact = Vec::new();
+    let output = output
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            if let Some(text) = entry.exact {
+                output_exact.push((i, text));
+            }
+            entry.value
+        })
+        .collect();
 
     let used_bytes = used_error + used_output + used_value;
     debug_assert!(used_bytes <= budget);
     Ok(Fitted {
         output,
+        output_exact,
         value,
+        value_exact,
         error,
         used_bytes,
         output_truncated,
@@ -220,20 +283,49 @@ pub fn fit_to_budget_with_dropped(
 /// A value to fit: parsed, with its canonical text, or (too large to fit
 /// in any form) the guest's text alone.
 enum ValueText<'a> {
-    Parsed(Value, String),
+    Parsed(Canonical),
     Unparsed(&'a str),
 }
 
 impl ValueText<'_> {
     fn text(&self) -> &str {
         match self {
-            Self::Parsed(_, text) => text,
+            Self::Parsed(canonical) => &canonical.text,
             Self::Unparsed(text) => text,
         }
     }
 
     fn len(&self) -> usize {
         self.text().len()
+    }
+}
+
+/// Guest JSON parsed: the projection and the exact canonical text.
+struct Canonical {
+    value: Value,
+    text: String,
+    /// `text` holds lone-surrogate escapes (it is not the projection's).
+    exact: bool,
+}
+
+impl Canonical {
+    fn len(&self) -> usize {
+        self.text.len()
+    }
+}
+
+impl From<Value> for GuestJson {
+    fn from(value: Value) -> Self {
+        Self::host(value)
+    }
+}
+
+impl From<Canonical> for GuestJson {
+    fn from(c: Canonical) -> Self {
+        Self {
+            exact: c.exact.then_some(c.text),
+            value: c.value,
+        }
     }
 }
 
@@ -440,6 +532,7 @@ fn truncate_error(error: &str, allowance: usize) -> Option<String> {
 }
 
 /// Bytes of a list of output entries as a result carries it (0 when empty).
+#[cfg(test)]
 pub(crate) fn output_len(entries: &[Value]) -> usize {
     list_len(entries.iter().map(json_len).sum(), entries.len())
 }
@@ -458,11 +551,11 @@ fn list_len(sum: usize, count: usize) -> usize {
 /// Keeps leading entries and summarizes the rest in one marker entry.
 /// Returns the entries and the size of their JSON list ([`list_len`]).
 fn summarize_output(
-    mut output: Vec<Value>,
+    mut output: Vec<GuestJson>,
     lens: &[usize],
     allowance: usize,
     dropped_bytes: usize,
-) -> (Vec<Value>, usize) {
+) -> (Vec<GuestJson>, usize) {
     // The marker entry with an empty prefix and a one-digit count, its
     // separator and the list's closing bracket.
     let base = json_len(&marker(0, "")) - 1 + JSON_ENTRY_OVERHEAD + 2;
@@ -501,7 +594,14 @@ fn summarize_output(
     };
     let rest = output.split_off(k);
     let kept_len: usize = lens[..k].iter().sum();
-    let rest_text = serde_json::to_string(&Value::Array(rest)).unwrap_or_default();
+    let mut rest_text = String::from("[");
+    for (i, entry) in rest.iter().enumerate() {
+        if i > 0 {
+            rest_text.push(',');
+        }
+        rest_text.push_str(&entry.text());
+    }
+    rest_text.push(']');
     // What the marker entry leaves: the kept entries with their separators,
     // its own separator, the closing bracket and its `{"type":"json",…}`.
     let marker_allowance = allowance - (kept_len + k) - 2 - JSON_ENTRY_OVERHEAD;
@@ -513,29 +613,137 @@ fn summarize_output(
     ) {
         let entry = json!({ "type": "json", "value": marker });
         let used = list_len(kept_len + json_len(&entry), k + 1);
-        output.push(entry);
+        output.push(GuestJson::host(entry));
         (output, used)
     } else {
         (output, list_len(kept_len, k))
     }
 }
 
-/// Parses JSON text produced by the guest's `JSON.stringify`, replacing
-/// escaped lone surrogates (which Rust strings cannot hold) with U+FFFD.
+/// Parses JSON text produced by the guest's `JSON.stringify` into its
+/// well-formed projection (escaped lone surrogates become U+FFFD).
 pub(crate) fn parse_guest_json(text: &str) -> Result<Value, FitError> {
-    canonical_value(text).map(|(value, _)| value)
+    canonical_value(text).map(|c| c.value)
 }
 
-/// Parses value JSON and returns it with its canonical compact text.
-fn canonical_value(text: &str) -> Result<(Value, String), FitError> {
-    let value = match serde_json::from_str::<Value>(text) {
-        Ok(value) => value,
-        Err(first) => serde_json::from_str::<Value>(&replace_lone_surrogates(text))
-            .map_err(|_| FitError::InvalidValueJson(first.to_string()))?,
+/// Parses JSON text produced by the guest: its projection and, when it
+/// holds lone surrogates, its exact canonical text.
+pub(crate) fn parse_guest_entry(text: &str) -> Result<GuestJson, FitError> {
+    canonical_value(text).map(GuestJson::from)
+}
+
+/// Parses value JSON: its projection and its canonical compact text.
+fn canonical_value(text: &str) -> Result<Canonical, FitError> {
+    let canonical = |value: &Value| {
+        serde_json::to_string(value).map_err(|e| FitError::InvalidValueJson(e.to_string()))
     };
-    let canonical =
-        serde_json::to_string(&value).map_err(|e| FitError::InvalidValueJson(e.to_string()))?;
-    Ok((value, canonical))
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => Ok(Canonical {
+            text: canonical(&value)?,
+            value,
+            exact: false,
+        }),
+        Err(first) => {
+            let value = serde_json::from_str::<Value>(&replace_lone_surrogates(text))
+                .map_err(|_| FitError::InvalidValueJson(first.to_string()))?;
+            match exact_text(text, &value) {
+                Some(text) => Ok(Canonical {
+                    text,
+                    value,
+                    exact: true,
+                }),
+                None => Ok(Canonical {
+                    text: canonical(&value)?,
+                    value,
+                    exact: false,
+                }),
+            }
+        }
+    }
+}
+
+/// The canonical compact text of guest JSON `text` (whose projection is
+/// `projection`) with its lone surrogates kept as lowercase `\udXXX`
+/// escapes: whitespace dropped, each number and each run of a string
+/// between lone surrogates written as `serde_json` writes it. `None` when
+/// the text does not project back to `projection` (never for the guest's
+/// JSON; then the projection's own text is used). Linear in `text`.
+fn exact_text(text: &str, projection: &Value) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b' ' | b'\t' | b'\n' | b'\r' => i += 1,
+            b'"' => {
+                let end = string_end(bytes, i)?;
+                write_exact_string(&text[i + 1..end], &mut out)?;
+                i = end + 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = bytes[i..]
+                    .iter()
+                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                    .map_or(bytes.len(), |n| i + n);
+                let number: Value = serde_json::from_str(&text[i..end]).ok()?;
+                out.push_str(&number.to_string());
+                i = end;
+            }
+            b => {
+                out.push(b as char);
+                i += 1;
+            }
+        }
+    }
+    let projected: Value = serde_json::from_str(&replace_lone_surrogates(&out)).ok()?;
+    (projected == *projection).then_some(out)
+}
+
+/// The index of the quote that closes the JSON string opening at `start`.
+fn string_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Writes the JSON string whose content (between the quotes) is `content`
+/// canonically, keeping lone-surrogate escapes as lowercase `\udXXX`.
+fn write_exact_string(content: &str, out: &mut String) -> Option<()> {
+    out.push('"');
+    let mut run_start = 0;
+    let mut rest = content;
+    let mut at = 0;
+    while let Some(pos) = rest.find('\\') {
+        let escape = &rest[pos..];
+        let len = escape_len(escape);
+        let lone = len == 6
+            && hex_unit(escape.as_bytes(), 2).is_some_and(|u| (0xD800..0xE000).contains(&u));
+        if lone {
+            write_run(&content[run_start..at + pos], out)?;
+            out.push_str(&escape[..6].to_ascii_lowercase());
+            run_start = at + pos + 6;
+        }
+        at += pos + len;
+        rest = &content[at..];
+    }
+    write_run(&content[run_start..], out)?;
+    out.push('"');
+    Some(())
+}
+
+/// Writes the string content `run` (no lone surrogates) as `serde_json`
+/// writes it, without quotes.
+fn write_run(run: &str, out: &mut String) -> Option<()> {
+    let decoded: String = serde_json::from_str(&format!("\"{run}\"")).ok()?;
+    let written = serde_json::to_string(&decoded).ok()?;
+    out.push_str(&written[1..written.len() - 1]);
+    Some(())
 }
 
 /// Replaces `\uD800`–`\uDFFF` escapes that are not part of a valid pair

@@ -215,21 +215,119 @@ fn surrogate_pair_escapes_are_one_atom() {
 }
 
 #[test]
-fn lone_surrogate_escapes_in_value_json_are_replaced() {
+fn lone_surrogates_keep_their_escapes_in_the_exact_text() {
     let fitted = fit_to_budget(
         1024,
         vec![],
-        Some(r#"["\ud800x","\udc00","\ud83d\ude00"]"#),
+        Some(&format!(
+            r#"["\ud800x","\udc00","\ud83d\ude00","{}"]"#,
+            "y".repeat(200)
+        )),
         None,
     )
     .unwrap();
-    assert_eq!(fitted.value, Some(json!(["\u{fffd}x", "\u{fffd}", "😀"])));
+    // The projection holds U+FFFD; the exact text the escapes, and its
+    // bytes are what the budget counts.
+    let long = "y".repeat(200);
+    assert_eq!(
+        fitted.value,
+        Some(json!(["\u{fffd}x", "\u{fffd}", "😀", long]))
+    );
+    let exact = format!(r#"["\ud800x","\udc00","😀","{long}"]"#);
+    let exact = exact.as_str();
+    assert_eq!(fitted.value_exact.as_deref(), Some(exact));
+    assert_eq!(fitted.used_bytes, exact.len());
+    // One byte less and the value is cut, its marker's prefix taken from
+    // the exact text.
+    let cut = fit_to_budget(exact.len() - 1, vec![], Some(exact), None).unwrap();
+    assert!(cut.value_truncated && cut.value_exact.is_none());
+    // Without lone surrogates there is no exact text.
+    let plain = fit_to_budget(1024, vec![], Some(r#""\ud83d\ude00\ufffd""#), None).unwrap();
+    assert_eq!(
+        (plain.value, plain.value_exact),
+        (Some(json!("😀\u{fffd}")), None)
+    );
     assert_eq!(
         fit_to_budget(1024, vec![], Some("{oops"), None).map(|_| ()),
         Err(FitError::InvalidValueJson(
             "key must be a string at line 1 column 2".into()
         ))
     );
+}
+
+/// The exact text is the canonical text `serde_json` writes for the
+/// projection, but for the lone surrogates: whitespace dropped, numbers
+/// and escapes rewritten, keys and nesting kept, valid pairs decoded.
+#[test]
+fn the_exact_text_is_canonical_but_for_lone_surrogates() {
+    let cases = [
+        (r#"  "\ud800"  "#, r#""\ud800""#),
+        (r#""\uD800\u0041\/\n\u001f""#, r#""\ud800A/\n\u001f""#),
+        (
+            r#"{ "k\udc00" : [1e+21, -0.0, 1.50, true, null, "\ud83d\ude00\ud83d"] }"#,
+            r#"{"k\udc00":[1e+21,-0.0,1.5,true,null,"😀\ud83d"]}"#,
+        ),
+        (r#""\ud800\ud800\udc00\udc00""#, r#""\ud800𐀀\udc00""#),
+        (r#"["\\ud800", "\ud800\\"]"#, r#"["\\ud800","\ud800\\"]"#),
+    ];
+    for (guest, exact) in cases {
+        let fitted = fit_to_budget(1024, vec![], Some(guest), None).unwrap();
+        assert_eq!(fitted.value_exact.as_deref(), Some(exact), "{guest}");
+        assert_eq!(fitted.used_bytes, exact.len(), "{guest}");
+        // The exact text projects to the same value.
+        let projected: Value = serde_json::from_str(&replace_lone_surrogates(exact)).unwrap();
+        assert_eq!(Some(projected), fitted.value, "{guest}");
+    }
+    // A backslash-escaped `\\ud800` is text, not a surrogate: no exact.
+    let text = fit_to_budget(1024, vec![], Some(r#""\\ud800""#), None).unwrap();
+    assert_eq!(text.value_exact, None);
+}
+
+/// Output entries with lone surrogates keep their exact texts too, and
+/// their bytes count; a summary marker's prefix is cut from them.
+#[test]
+fn output_entries_keep_their_exact_texts() {
+    let long = "p".repeat(300);
+    let entries: Vec<GuestJson> = [
+        r#"{"type":"text","text":"a\ud800b"}"#,
+        &format!(r#"{{"type":"text","text":"{long}"}}"#),
+        r#"{"type":"json","value":["\udfff"]}"#,
+    ]
+    .iter()
+    .map(|t| parse_guest_entry(t).unwrap())
+    .collect();
+    let fitted = fit_to_budget_with_dropped(4096, entries.clone(), None, None, 0).unwrap();
+    assert_eq!(
+        fitted.output_exact,
+        vec![
+            (0, r#"{"type":"text","text":"a\ud800b"}"#.to_string()),
+            (2, r#"{"type":"json","value":["\udfff"]}"#.to_string()),
+        ]
+    );
+    assert_eq!(fitted.output[0]["text"], "a\u{fffd}b");
+    let list = &format!(
+        r#"[{{"type":"text","text":"a\ud800b"}},{{"type":"text","text":"{long}"}},{{"type":"json","value":["\udfff"]}}]"#
+    );
+    assert_eq!(fitted.used_bytes, list.len());
+    // One byte less: the first entry is kept whole with its exact text,
+    // the rest summarized, its omitted bytes counted on the exact texts.
+    let cut = fit_to_budget_with_dropped(list.len() - 1, entries, None, None, 0).unwrap();
+    assert!(cut.output_truncated);
+    assert_eq!(
+        cut.output_exact,
+        vec![(0, r#"{"type":"text","text":"a\ud800b"}"#.to_string())]
+    );
+    assert_eq!(cut.output.len(), 2);
+    let marker = &cut.output[1]["value"];
+    let rest =
+        format!(r#"[{{"type":"text","text":"{long}"}},{{"type":"json","value":["\udfff"]}}]"#);
+    let prefix = marker["prefix"].as_str().unwrap();
+    assert!(rest.starts_with(prefix), "{marker}");
+    assert_eq!(
+        marker["omittedBytes"].as_u64().unwrap() as usize + prefix.len(),
+        rest.len()
+    );
+    assert!(cut.used_bytes < list.len());
 }
 
 #[test]

@@ -40,6 +40,11 @@ pub struct Completed {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Exact texts of the value and output entries that hold lone
+    /// surrogates, which `Value` cannot ([`CellResult::to_json`] writes
+    /// them). Not serialized.
+    #[serde(skip)]
+    pub(crate) exact: ExactText,
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
@@ -72,6 +77,11 @@ pub struct Waiting {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Exact texts of the value and output entries that hold lone
+    /// surrogates, which `Value` cannot ([`CellResult::to_json`] writes
+    /// them). Not serialized.
+    #[serde(skip)]
+    pub(crate) exact: ExactText,
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
@@ -79,6 +89,93 @@ pub struct Waiting {
     /// structured result is unchanged. Not serialized.
     #[serde(skip)]
     pub untrusted_source: Option<&'static str>,
+}
+
+/// The exact texts of a result's value and output entries where they hold
+/// lone surrogates (`crate::output::GuestJson`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ExactText {
+    /// The value's.
+    pub value: Option<String>,
+    /// Output entries', by index.
+    pub output: Vec<(usize, String)>,
+}
+
+impl ExactText {
+    fn is_empty(&self) -> bool {
+        self.value.is_none() && self.output.is_empty()
+    }
+
+    /// Bytes of the list of `entries` as the text form writes it.
+    pub(crate) fn output_len(&self, entries: &[Value]) -> usize {
+        let mut exact = self.output.iter().peekable();
+        let sum: usize = entries
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| match exact.next_if(|(at, _)| *at == i) {
+                Some((_, text)) => text.len(),
+                None => crate::output::json_len(entry),
+            })
+            .sum();
+        if entries.is_empty() {
+            0
+        } else {
+            sum + entries.len() + 1
+        }
+    }
+
+    /// The raw JSON of `text`, if it is JSON (it always is: the host made
+    /// it).
+    fn raw(text: &str) -> Option<Box<serde_json::value::RawValue>> {
+        serde_json::value::RawValue::from_string(text.to_string()).ok()
+    }
+}
+
+/// A result's fields with the exact texts written in place of their
+/// projections.
+struct Spliced<'a> {
+    fields: &'a serde_json::Map<String, Value>,
+    exact: &'a ExactText,
+}
+
+impl Serialize for Spliced<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap as _, SerializeSeq as _};
+        /// An output list with exact entries.
+        struct Entries<'a>(&'a [Value], &'a [(usize, String)]);
+        impl Serialize for Entries<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+                let mut exact = self.1.iter().peekable();
+                for (i, entry) in self.0.iter().enumerate() {
+                    match exact
+                        .next_if(|(at, _)| *at == i)
+                        .and_then(|(_, text)| ExactText::raw(text))
+                    {
+                        Some(raw) => seq.serialize_element(&raw)?,
+                        None => seq.serialize_element(entry)?,
+                    }
+                }
+                seq.end()
+            }
+        }
+        let mut map = serializer.serialize_map(Some(self.fields.len()))?;
+        for (key, value) in self.fields {
+            match (key.as_str(), value) {
+                ("value", _) if self.exact.value.is_some() => {
+                    match self.exact.value.as_deref().and_then(ExactText::raw) {
+                        Some(raw) => map.serialize_entry(key, &raw)?,
+                        None => map.serialize_entry(key, value)?,
+                    }
+                }
+                ("output", Value::Array(entries)) if !self.exact.output.is_empty() => {
+                    map.serialize_entry(key, &Entries(entries, &self.exact.output))?
+                }
+                _ => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
 }
 
 /// Why a cell parked.
@@ -149,6 +246,11 @@ pub struct Failed {
     /// MCP servers unavailable during the call (contract §4).
     #[serde(flatten)]
     pub mcp_outage: McpOutage,
+    /// Exact texts of the value and output entries that hold lone
+    /// surrogates, which `Value` cannot ([`CellResult::to_json`] writes
+    /// them). Not serialized.
+    #[serde(skip)]
+    pub(crate) exact: ExactText,
     /// Set when the value, output or error may carry text from an
     /// untrusted tool provider: `"mcp"` (an MCP server) or `"client"` (a
     /// client tool). Model-facing renderings wrap such results in the
@@ -311,9 +413,38 @@ impl CellResult {
         }
     }
 
-    /// The result as compact JSON text.
+    /// The result as compact JSON text. A lone surrogate the cell wrote
+    /// (in its value or an output entry) is its JSON escape here
+    /// (`"\ud800"`), as JavaScript's `JSON.stringify` writes it; the
+    /// structured form ([`serde::Serialize`], MCP's `structuredContent`)
+    /// has U+FFFD in its place, since Rust strings — and most JSON
+    /// parsers' — cannot hold it.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("results serialize")
+        let exact = self.exact();
+        if exact.is_empty() {
+            return serde_json::to_string(self).expect("results serialize");
+        }
+        let Ok(Value::Object(fields)) = serde_json::to_value(self) else {
+            return serde_json::to_string(self).expect("results serialize");
+        };
+        serde_json::to_string(&Spliced {
+            fields: &fields,
+            exact,
+        })
+        .expect("results serialize")
+    }
+
+    fn exact(&self) -> &ExactText {
+        match self {
+            CellResult::Completed(c) => &c.exact,
+            CellResult::Waiting(w) => &w.exact,
+            CellResult::Failed(f) => &f.exact,
+        }
+    }
+
+    /// Bytes of the output entries as [`CellResult::to_json`] writes them.
+    pub(crate) fn output_bytes(&self) -> usize {
+        self.exact().output_len(self.output())
     }
 
     /// The completed value, or the failure as an [`Error`]. A parked cell

@@ -367,10 +367,7 @@ fn record_call(span: &tracing::Span, result: &CellResult, stats: &CallStats) {
     }
     span.record("fuel", result.telemetry().fuel_used);
     span.record("tool_calls", stats.tool_calls.load(Relaxed));
-    span.record(
-        "output_bytes",
-        crate::output::output_len(result.output()) as u64,
-    );
+    span.record("output_bytes", result.output_bytes() as u64);
     span.record("snapshot_bytes", stats.snapshot_bytes.load(Relaxed));
     let outcome = match result {
         CellResult::Failed(f) => f.code.as_str(),

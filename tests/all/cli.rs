@@ -41,6 +41,38 @@ fn exec_code_prints_compact_json_and_exits_zero() {
     assert_eq!(v["output"][0]["text"], "hi");
 }
 
+/// `exec` prints a lone surrogate as its JSON escape, as `JSON.stringify`
+/// would (Python's `json` reads it back as the surrogate).
+#[test]
+fn exec_prints_a_lone_surrogate_as_its_escape() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["exec", "--code", "text('\\udc00'); return '\\ud800'"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains(r#""value":"\ud800""#), "{stdout}");
+    assert!(
+        stdout.contains(r#""output":[{"type":"text","text":"\udc00"}]"#),
+        "{stdout}"
+    );
+    let read_back = std::process::Command::new(crate::mcp::python())
+        .args([
+            "-c",
+            "import json,sys; r = json.loads(sys.stdin.read()); print(r['value'] == '\\ud800' and r['output'][0]['text'] == '\\udc00')",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(stdout.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&read_back.stdout).trim(), "True");
+}
+
 #[test]
 fn failed_cell_exits_one() {
     let (code, v, _) = run_json(&["exec", "--title", "boom", "--code", "throw new Error('x')"]);

@@ -330,18 +330,33 @@ fn guest_module_has_the_expected_shape() {
     quickcell::testing::check_guest_module_shape(quickcell::testing::guest_wasm()).unwrap();
 }
 
+/// A lone surrogate the cell writes (value, `text`, `console.log`,
+/// `json`, an object key) comes out of the text form as its JSON escape,
+/// as `JSON.stringify` writes it; the structured form has U+FFFD in its
+/// place; valid pairs and a genuine U+FFFD are themselves.
 #[tokio::test]
-async fn lone_surrogates_become_replacement_characters() {
-    let r =
-        run(r#"text("a\ud800b"); console.log("\udc00"); json("\ud83d"); return "\ud800x""#).await;
+async fn lone_surrogates_keep_their_escapes_in_the_text_form() {
+    let r = run(
+        r#"text("a\ud800b"); console.log("\udc00"); json({"k\udfff": "\ud83d"}); text("\ud83d\ude00\ufffd"); return "\ud800x""#,
+    )
+    .await;
     assert_eq!(value(&r), json!("\u{FFFD}x"));
     assert_eq!(
         json(&r)["output"],
         json!([
             {"type": "text", "text": "a\u{FFFD}b"},
             {"type": "text", "text": "\u{FFFD}"},
-            {"type": "json", "value": "\u{FFFD}"},
+            {"type": "json", "value": {"k\u{FFFD}": "\u{FFFD}"}},
+            {"type": "text", "text": "😀\u{FFFD}"},
         ])
+    );
+    let text = r.to_json();
+    assert!(text.contains(r#""value":"\ud800x""#), "{text}");
+    assert!(
+        text.contains(
+            r#""output":[{"type":"text","text":"a\ud800b"},{"type":"text","text":"\udc00"},{"type":"json","value":{"k\udfff":"\ud83d"}},{"type":"text","text":"😀�"}]"#
+        ),
+        "{text}"
     );
 }
 

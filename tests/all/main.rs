@@ -60,9 +60,10 @@ pub async fn run_with(limits: Limits, code: &str) -> CellResult {
         .await
 }
 
-/// The result as a JSON value (what a caller sees).
+/// The result as a JSON value (what a caller sees in the structured form,
+/// e.g. MCP's `structuredContent`).
 pub fn json(result: &CellResult) -> Value {
-    serde_json::from_str(&result.to_json()).unwrap()
+    serde_json::to_value(result).unwrap()
 }
 
 /// The completed value, panicking with the whole result otherwise.

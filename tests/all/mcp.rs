@@ -80,6 +80,20 @@ pub(crate) fn result(step: &Value) -> &Value {
 
 const PARK: &str = "text('before'); await yield_control(); return 'after';";
 
+/// A lone surrogate in a cell's value reaches an MCP client as its JSON
+/// escape inside the text block, and as U+FFFD in `structuredContent`,
+/// which every client must be able to parse.
+#[test]
+fn a_lone_surrogate_is_escaped_in_the_text_block() {
+    let steps = json!([
+        {"op": "call_tool", "name": "exec", "args": {"title": "s", "code": "return '\\ud800x'"}},
+    ]);
+    let out = stdio(steps);
+    assert_eq!(result(&out[0])["value"], "\u{FFFD}x");
+    let text = out[0]["text"][0].as_str().unwrap();
+    assert!(text.contains(r#""value":"\ud800x""#), "{text}");
+}
+
 #[test]
 fn stdio_lists_calls_and_reports_errors() {
     let steps = json!([

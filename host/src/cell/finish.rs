@@ -99,7 +99,7 @@ impl AutoReference<'_> {
         if !original.starts_with(['[', '{']) {
             return;
         }
-        let used_output = output::output_len(&completed.output);
+        let used_output = completed.exact.output_len(&completed.output);
         let allowance = budget.saturating_sub(used_output);
         let not_retained =
             |guidance: &str| output::truncation_marker_with_guidance(original, allowance, guidance);
@@ -192,6 +192,7 @@ pub(crate) fn quota_failure(error: String, telemetry: Telemetry) -> CellResult {
 
 pub(crate) fn input_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        exact: Default::default(),
         mcp_outage: Default::default(),
         untrusted_source: None,
         error,
@@ -370,6 +371,7 @@ pub(super) fn aborted_before_start(telemetry: Telemetry) -> CellResult {
 
 pub(super) fn aborted(telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        exact: Default::default(),
         mcp_outage: Default::default(),
         untrusted_source: None,
         error: crate::Error::Aborted.to_string(),
@@ -384,6 +386,7 @@ pub(super) fn aborted(telemetry: Telemetry) -> CellResult {
 
 pub(crate) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        exact: Default::default(),
         mcp_outage: Default::default(),
         untrusted_source: None,
         error,
@@ -398,6 +401,7 @@ pub(crate) fn host_failure(error: String, telemetry: Telemetry) -> CellResult {
 
 pub(crate) fn unavailable(error: String, telemetry: Telemetry) -> CellResult {
     CellResult::Failed(Failed {
+        exact: Default::default(),
         mcp_outage: Default::default(),
         untrusted_source: None,
         error,
@@ -430,6 +434,7 @@ pub(super) fn finish(
             Ok(f) => f,
             Err(e) => {
                 return CellResult::Failed(Failed {
+                    exact: Default::default(),
                     mcp_outage: Default::default(),
                     untrusted_source: None,
                     error: format!("code mode output limit exceeded: {e}"),
@@ -442,22 +447,29 @@ pub(super) fn finish(
                 })
             }
         };
+    let output = fitted.output;
+    let exact = crate::result::ExactText {
+        value: fitted.value_exact,
+        output: fitted.output_exact,
+    };
     match ending {
         Ending::Completed { .. } => CellResult::Completed(Completed {
+            exact: exact.clone(),
             mcp_outage: Default::default(),
             untrusted_source: None,
             value: fitted.value.unwrap_or(Value::Null),
             warnings: Vec::new(),
-            output: fitted.output,
+            output,
             telemetry,
             replay_safe: None,
         }),
         Ending::Failed { code, phase, .. } => CellResult::Failed(Failed {
+            exact,
             mcp_outage: Default::default(),
             untrusted_source: None,
             error: fitted.error.unwrap_or_default(),
             code: *code,
-            output: fitted.output,
+            output,
             telemetry,
             failure_phase: *phase,
             bridge_dispatch_started: dispatch_started,

@@ -74,6 +74,10 @@ impl LiveCell {
             }
         };
         let delivered_output = fitted.output;
+        let delivered_exact = crate::result::ExactText {
+            value: None,
+            output: fitted.output_exact,
+        };
         // The snapshot names this host as the drainer of the tool calls it
         // keeps running, once the store records it alive.
         let drainer = if self.bridge.has_tool_work() {
@@ -240,6 +244,7 @@ impl LiveCell {
             reason,
             pending_tool_calls,
             output: delivered_output,
+            exact: delivered_exact,
             telemetry,
             replay_safe,
         })

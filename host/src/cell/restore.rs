@@ -15,6 +15,7 @@ pub(super) async fn restore(
 ) -> Result<(LiveCell, wasmtime::Result<String>), CellResult> {
     let unusable = |e: String| {
         CellResult::Failed(Failed {
+            exact: Default::default(),
             mcp_outage: Default::default(),
             untrusted_source: None,
             error: format!("InternalError: code mode snapshot is unusable: {e}"),
@@ -104,6 +105,7 @@ pub(super) async fn restore(
     let grow_pages = ((snapshot.memory_bytes - current) / 65536) as u64;
     if grow_pages > 0 && memory.grow(&mut store, grow_pages).is_err() {
         return Err(CellResult::Failed(Failed {
+            exact: Default::default(),
             mcp_outage: Default::default(),
             untrusted_source: None,
             error: crate::Error::MemoryLimitExceeded.to_string(),

@@ -58,14 +58,14 @@ impl OutputBuffer {
     /// dropped at the cap, a final stand-in entry carries the first dropped
     /// entry's prefix; [`OutputBuffer::stand_in_shortfall`] says how many
     /// bytes the stand-in under-represents.
-    pub(crate) fn to_values(&self) -> Vec<serde_json::Value> {
-        let mut values: Vec<serde_json::Value> = self
+    pub(crate) fn to_values(&self) -> Vec<crate::output::GuestJson> {
+        let mut values: Vec<crate::output::GuestJson> = self
             .entries
             .iter()
-            .filter_map(|e| crate::output::parse_guest_json(e).ok())
+            .filter_map(|e| crate::output::parse_guest_entry(e).ok())
             .collect();
         if let Some(stand_in) = self.stand_in() {
-            values.push(stand_in);
+            values.push(crate::output::GuestJson::host(stand_in));
         }
         values
     }

@@ -20,7 +20,8 @@
 //! - `tools/call` for `exec` or `wait` hands the raw `arguments` object (`{}`
 //!   when absent) to [`CellService`], which validates it and returns the
 //!   result object. The tool result carries that object twice: as one text
-//!   content block holding its compact JSON (inside the untrusted-content
+//!   content block holding its compact JSON ([`crate::CellResult::to_json`],
+//!   which keeps a lone surrogate as its `\udXXX` escape; inside the untrusted-content
 //!   envelope when the cell may carry text from an MCP server or a client
 //!   tool, see [`crate::CellResult::untrusted_source`]), and as
 //!   `structuredContent`.
@@ -464,7 +465,10 @@ fn tool_result(result: CellResult) -> CallToolResult {
     let untrusted = result.untrusted_source();
     let failed = result.status() == "failed";
     let value = serde_json::to_value(&result).unwrap_or(Value::Null);
-    let text = value.to_string();
+    // The text keeps lone surrogates as their JSON escapes (inside this
+    // string, so the message stays well-formed for every parser);
+    // `structuredContent` holds the well-formed projection.
+    let text = result.to_json();
     let text = match untrusted {
         Some(source) => quickcell_catalog::wrap_untrusted(source, &text),
         None => text,
