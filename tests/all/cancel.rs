@@ -597,6 +597,7 @@ async fn a_cancel_on_another_host_ends_the_wait_resuming_the_run() {
         async move { a.wait(WaitInput::new(id)).await }
     });
     let pid = napping_pid(&pid_file).await;
+    let cancelled = Instant::now();
     let r = b.cancel(&id, &Owner::default()).await;
     let f = failed(&r);
     assert_eq!(
@@ -604,6 +605,11 @@ async fn a_cancel_on_another_host_ends_the_wait_resuming_the_run() {
         (ErrorCode::Aborted, "code mode execution aborted")
     );
     let r = resuming.await.unwrap();
+    // A figure, not a bound: the poll interval is 250 ms.
+    eprintln!(
+        "A's wait ended {:?} after B's cancel began",
+        cancelled.elapsed()
+    );
     assert_eq!(failed(&r).code, ErrorCode::Aborted, "{}", r.to_json());
     eventually(
         Duration::from_secs(10),

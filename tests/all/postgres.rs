@@ -869,8 +869,14 @@ fn a_cancel_on_one_host_takes_effect_on_the_host_holding_the_run() {
     assert_eq!(parking.wait().unwrap().code(), Some(3));
     let resuming = spawn_host(&a, &url, &key, &["wait", &run_id]);
     let pid = pid_written(&pid_file);
+    let cancelled = std::time::Instant::now();
     cancel_on_b(&run_id);
     let out = resuming.wait_with_output().unwrap();
+    // A figure, not a bound (it includes B's process start).
+    eprintln!(
+        "A's wait ended {:?} after B's `quickcell cancel` started",
+        cancelled.elapsed()
+    );
     let ended: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(ended["code"], "aborted", "{ended}");
