@@ -58,6 +58,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod frontends;
 mod guest_abi;
 mod input;
 pub mod instruments;
@@ -70,8 +71,6 @@ mod quota;
 mod registry;
 mod result;
 mod runtime;
-#[cfg(feature = "mcp-server")]
-mod server;
 mod source;
 mod state_key;
 pub mod store;
@@ -105,6 +104,9 @@ pub fn guest_build() -> &'static str {
 pub const ENGINE_VERSIONS: &str =
     "Wasmtime 48.0.8; guest javy 8.1.0, rquickjs 0.12.2 (QuickJS-ng 0.15.1)";
 pub use error::Error;
+pub use frontends::codex::{serve_codex, CODEX_PROTOCOL_VERSION, MAX_CODEX_FRAME_BYTES};
+#[cfg(feature = "mcp-server")]
+pub use frontends::mcp::{HttpOptions, ServeMode};
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
 pub use progress::{Progress, MAX_PROGRESS_TOOL_NAME_BYTES};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
@@ -113,8 +115,6 @@ pub use result::{
     WaitReason, Waiting,
 };
 pub use runtime::{Runtime, RuntimeBuilder, SessionClosed, Shutdown};
-#[cfg(feature = "mcp-server")]
-pub use server::{HttpOptions, ServeMode};
 pub use source::{MAX_SOURCE_BYTES, MAX_SOURCE_NESTING};
 pub use state_key::{StateKey, MAX_STATE_KEY_BYTES, MIN_STATE_KEY_BYTES, STATE_KEY_FILE};
 #[cfg(feature = "sqlite")]

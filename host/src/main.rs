@@ -42,6 +42,10 @@ enum Command {
     /// Serves `exec` and `wait` as MCP tools: over stdio (default), or over
     /// streamable HTTP at `http://ADDR/mcp` with `--http ADDR`.
     Serve(ServeArgs),
+    /// Serves OpenAI Codex's code-mode host protocol (version 1) on
+    /// stdio: Codex runs its `exec` cells here, as quickcell cells (see
+    /// docs/codex-host.md). Exits 0 when Codex closes stdin.
+    CodexHost(CodexHostArgs),
     /// Searches the tool catalog and prints the ranked hits as JSON.
     Search(SearchArgs),
     /// Prints the directory of deferred tools (names and descriptions).
@@ -262,6 +266,14 @@ struct RunArgs {
     state: StateArgs,
 }
 
+#[derive(Args)]
+struct CodexHostArgs {
+    #[command(flatten)]
+    catalog: CatalogArgs,
+    #[command(flatten)]
+    state: StateArgs,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ServeModeArg {
     Code,
@@ -368,6 +380,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => runtime.block_on(cancel(args)),
         Command::Run(args) => runtime.block_on(run(args)),
         Command::Serve(args) => runtime.block_on(serve(args)),
+        Command::CodexHost(args) => runtime.block_on(codex_host(args)),
         Command::Search(args) => runtime.block_on(search(args)),
         Command::Tools(args) => tools(args),
         Command::Usage(args) => runtime.block_on(usage(args)),
@@ -434,6 +447,7 @@ fn start_otlp_export(command: &Command) -> Result<Option<quickcell::otlp::OtlpEx
         Command::Cancel(a) => Some(&a.catalog),
         Command::Run(a) => Some(&a.catalog),
         Command::Serve(a) => Some(&a.catalog),
+        Command::CodexHost(a) => Some(&a.catalog),
         Command::Search(a) => Some(&a.catalog),
         Command::Tools(a) => Some(a),
         Command::Usage(_) | Command::Init(_) | Command::Completions(_) | Command::Man => None,
@@ -902,6 +916,33 @@ fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String
         auth_token,
         ..HttpOptions::default()
     })
+}
+
+/// `quickcell codex-host`: the Codex code-mode host protocol on stdio,
+/// until Codex closes stdin or a SIGTERM/SIGINT (which parks or ends the
+/// cells in progress, as `serve` does).
+async fn codex_host(args: CodexHostArgs) -> ExitCode {
+    let runtime = match build_runtime(&args.catalog, &args.state).await {
+        Ok(r) => std::sync::Arc::new(r),
+        Err(code) => return code,
+    };
+    let served = quickcell::serve_codex(runtime.clone(), tokio::io::stdin(), tokio::io::stdout());
+    let result = tokio::select! {
+        served = served => served,
+        () = termination_signal() => {
+            let drain_ms = runtime.host_limits().drain_timeout_ms();
+            runtime.shutdown(std::time::Duration::from_millis(drain_ms)).await;
+            Ok(())
+        }
+    };
+    runtime.flush_usage().await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quickcell: the Codex connection failed: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {

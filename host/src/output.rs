@@ -331,7 +331,6 @@ impl From<Canonical> for GuestJson {
 
 /// The longest prefix of `s` of at most `max_bytes` bytes that ends on a
 /// code point boundary.
-#[cfg_attr(not(test), allow(dead_code))]
 pub fn safe_cut_utf8(s: &str, max_bytes: usize) -> &str {
     if max_bytes >= s.len() {
         return s;

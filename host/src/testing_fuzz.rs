@@ -124,7 +124,7 @@ pub fn exec_wait_args(args: &serde_json::Value) {
 }
 
 /// An HTTP request body (or one stdio line) as the MCP front end reads it
-/// (`host/src/server/transport.rs`, `reject_malformed_json_rpc`): a
+/// (`host/src/frontends/mcp/transport.rs`, `reject_malformed_json_rpc`): a
 /// JSON-RPC message or the id its error answer names; the arguments of a
 /// `tools/call` to `exec` or `wait` through the contract's argument
 /// checks, and the params of a `tools/call` rmcp could not type as

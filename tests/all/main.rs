@@ -8,6 +8,7 @@ mod cancel;
 mod catalog;
 mod cli;
 mod client_tools;
+mod codex;
 mod exec;
 mod faults;
 mod fuzz;

@@ -1,0 +1,1011 @@
+//! One Codex connection: the handshake, then sessions, cells and reverse
+//! tool calls, until the client closes its end.
+
+use super::frame::{read_frame, write_frame, Frame};
+use super::wire::*;
+use super::{CodexLimits, CODEX_PROTOCOL_VERSION, RESOURCE_LIMITS_CAPABILITY};
+use crate::{CellResult, ClientToolResult, ClientToolSpec, ErrorCode, ExecInput, Owner, Runtime};
+use crate::{WaitInput, WaitReason};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// The profile's source, with `__CODEX_TABLE__` for the cell's tools.
+const PROFILE_JS: &str = include_str!("profile.js");
+
+/// The client tool that carries `notify()`.
+const NOTIFY_TOOL: &str = "__codex_notify";
+
+/// Frames queued for the client at most; a client that stops reading
+/// holds its cells, not the host's memory.
+const OUTGOING_FRAMES: usize = 128;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serves one connection until the client closes it.
+pub(crate) async fn serve(
+    runtime: Arc<Runtime>,
+    limits: CodexLimits,
+    mut reader: impl AsyncRead + Unpin,
+    mut writer: impl AsyncWrite + Unpin + Send + 'static,
+) -> std::io::Result<()> {
+    let (out, mut queue) = mpsc::channel::<HostMessage>(OUTGOING_FRAMES);
+    let writing = tokio::spawn(async move {
+        while let Some(message) = queue.recv().await {
+            if let Some(payload) = encode(&message) {
+                write_frame(&mut writer, &payload).await?;
+            }
+        }
+        std::io::Result::Ok(())
+    });
+    let connection = Arc::new(Connection {
+        runtime,
+        limits,
+        out,
+        id: uuid::Uuid::new_v4().simple().to_string(),
+        sessions: Mutex::default(),
+        opened: Mutex::default(),
+        operations: Mutex::default(),
+        delegates: Mutex::default(),
+        next_delegate: AtomicI64::new(1),
+    });
+    let read = async {
+        if connection.handshake(&mut reader).await? {
+            connection.clone().serve_frames(&mut reader).await?;
+        }
+        std::io::Result::Ok(())
+    };
+    let result = read.await;
+    connection.close_all().await;
+    drop(connection);
+    let written = writing.await.unwrap_or(Ok(()));
+    result.and(written)
+}
+
+/// A frame's JSON; a message too large for a frame becomes its error
+/// reply (responses) or is dropped (logged).
+fn encode(message: &HostMessage) -> Option<Vec<u8>> {
+    let payload = serde_json::to_vec(message).ok()?;
+    if payload.len() <= super::MAX_CODEX_FRAME_BYTES {
+        return Some(payload);
+    }
+    let error = |what: &str| {
+        format!(
+            "code-mode {what} exceeds the IPC frame limit: {} bytes",
+            payload.len()
+        )
+    };
+    let replaced = match message {
+        HostMessage::Response { id, .. } => HostMessage::Response {
+            id: *id,
+            result: WireResult::Err {
+                message: error("host response"),
+            },
+        },
+        HostMessage::InitialResponse { id, .. } => HostMessage::InitialResponse {
+            id: *id,
+            result: WireResult::Err {
+                message: error("initial response"),
+            },
+        },
+        _ => {
+            tracing::warn!(
+                bytes = payload.len(),
+                "a Codex host message over the frame limit is dropped"
+            );
+            return None;
+        }
+    };
+    serde_json::to_vec(&replaced).ok()
+}
+
+struct Connection {
+    runtime: Arc<Runtime>,
+    limits: CodexLimits,
+    out: mpsc::Sender<HostMessage>,
+    /// Scopes this connection's sessions in the state store.
+    id: String,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Every session id opened on this connection (never reused).
+    opened: Mutex<HashSet<String>>,
+    /// Operations in flight, by request id, with their cancel tokens.
+    operations: Mutex<HashMap<i64, CancellationToken>>,
+    /// Reverse calls awaiting the client's answer.
+    delegates: Mutex<HashMap<i64, oneshot::Sender<WireResult<DelegateResponse>>>>,
+    next_delegate: AtomicI64,
+}
+
+/// A cell to close once a response has gone out.
+type Closing = Option<(Arc<Session>, String)>;
+
+struct Session {
+    id: String,
+    owner: Owner,
+    max_yield: Option<Duration>,
+    cells: Mutex<HashMap<String, Arc<Cell>>>,
+    next_cell: AtomicI64,
+}
+
+/// A cell's output and end, as its observers see them.
+#[derive(Default)]
+struct CellOutput {
+    items: Vec<ContentItem>,
+    /// `Some` once the cell ended: its error text (`None`: success), or
+    /// `Terminated`.
+    end: Option<End>,
+    /// The guest yielded since the last delivery.
+    yielded: bool,
+    /// An observer (the execute's first, or a wait) is waiting.
+    observed: bool,
+}
+
+#[derive(Clone)]
+enum End {
+    Result(Option<String>),
+    Terminated,
+}
+
+struct Cell {
+    id: String,
+    output: Mutex<CellOutput>,
+    changed: Notify,
+    /// Terminates the cell.
+    terminate: CancellationToken,
+    /// Its driver's end.
+    driven: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Connection {
+    async fn send(&self, message: HostMessage) {
+        let _ = self.out.send(message).await;
+    }
+
+    /// Answers the client's hello; whether the connection goes on.
+    async fn handshake(&self, reader: &mut (impl AsyncRead + Unpin)) -> std::io::Result<bool> {
+        let reject = |reason| HostMessage::Rejected { reason };
+        let payload = match read_frame(reader).await? {
+            Frame::End => return Ok(false),
+            Frame::TooLarge(n) => {
+                self.send(reject(RejectReason::InvalidHello {
+                    message: format!("the hello frame is {n} bytes, over the limit"),
+                }))
+                .await;
+                return Ok(false);
+            }
+            Frame::Payload(payload) => payload,
+        };
+        let hello = match serde_json::from_slice::<ClientMessage>(&payload) {
+            Ok(ClientMessage::Hello {
+                supported_versions,
+                required_capabilities,
+                optional_capabilities,
+            }) => (
+                supported_versions,
+                required_capabilities,
+                optional_capabilities,
+            ),
+            Ok(_) => {
+                self.send(reject(RejectReason::InvalidHello {
+                    message: "first message must be connection/hello".into(),
+                }))
+                .await;
+                return Ok(false);
+            }
+            Err(e) => {
+                self.send(reject(RejectReason::InvalidHello {
+                    message: format!("invalid connection/hello: {e}"),
+                }))
+                .await;
+                return Ok(false);
+            }
+        };
+        let (versions, required, optional) = hello;
+        if !versions.contains(&CODEX_PROTOCOL_VERSION) {
+            self.send(reject(RejectReason::NoCompatibleVersion {
+                supported_versions: vec![CODEX_PROTOCOL_VERSION],
+            }))
+            .await;
+            return Ok(false);
+        }
+        let known = [RESOURCE_LIMITS_CAPABILITY];
+        let mut missing: Vec<&String> = required
+            .iter()
+            .filter(|c| !known.contains(&c.as_str()))
+            .collect();
+        missing.sort();
+        if let Some(capability) = missing.first() {
+            self.send(reject(RejectReason::MissingRequiredCapability {
+                capability: (*capability).clone(),
+            }))
+            .await;
+            return Ok(false);
+        }
+        let mut capabilities: Vec<String> = required
+            .iter()
+            .chain(&optional)
+            .filter(|c| known.contains(&c.as_str()))
+            .cloned()
+            .collect();
+        capabilities.sort();
+        capabilities.dedup();
+        self.send(HostMessage::Ready {
+            selected_version: CODEX_PROTOCOL_VERSION,
+            capabilities,
+        })
+        .await;
+        Ok(true)
+    }
+
+    /// Reads and dispatches frames until the client closes its end.
+    async fn serve_frames(
+        self: Arc<Self>,
+        reader: &mut (impl AsyncRead + Unpin),
+    ) -> std::io::Result<()> {
+        loop {
+            let payload = match read_frame(reader).await? {
+                Frame::End => return Ok(()),
+                Frame::TooLarge(n) => {
+                    tracing::warn!(bytes = n, "a Codex client frame over the limit was skipped");
+                    continue;
+                }
+                Frame::Payload(payload) => payload,
+            };
+            match serde_json::from_slice::<ClientMessage>(&payload) {
+                Ok(ClientMessage::Request { id, request }) => {
+                    let token = CancellationToken::new();
+                    let duplicate = lock(&self.operations).insert(id, token.clone()).is_some();
+                    if duplicate {
+                        self.send(error_response(id, "duplicate code-mode request ID"))
+                            .await;
+                        continue;
+                    }
+                    let connection = self.clone();
+                    tokio::spawn(async move {
+                        connection.operate(id, request, token).await;
+                        lock(&connection.operations).remove(&id);
+                    });
+                }
+                Ok(ClientMessage::Cancel { id }) => {
+                    if let Some(token) = lock(&self.operations).get(&id) {
+                        token.cancel();
+                    }
+                }
+                Ok(ClientMessage::DelegateResponse { id, result }) => {
+                    match lock(&self.delegates).remove(&id) {
+                        Some(answer) => {
+                            let _ = answer.send(result);
+                        }
+                        None => tracing::warn!(
+                            id,
+                            "a Codex delegate response for an unknown id was ignored"
+                        ),
+                    }
+                }
+                Ok(ClientMessage::Hello { .. }) => {
+                    tracing::warn!("a second Codex connection/hello was ignored");
+                }
+                Err(e) => self.refuse(&payload, e).await,
+            }
+        }
+    }
+
+    /// Answers a frame that does not decode: an operation request gets an
+    /// error response naming what is wrong; anything else is logged.
+    async fn refuse(&self, payload: &[u8], error: serde_json::Error) {
+        let raw: Option<Value> = serde_json::from_slice(payload).ok();
+        let request_id = raw
+            .as_ref()
+            .filter(|v| v["type"] == "operation/request")
+            .and_then(|v| v["id"].as_i64());
+        match request_id {
+            Some(id) if !lock(&self.operations).contains_key(&id) => {
+                self.send(error_response(
+                    id,
+                    &format!("invalid code-mode request: {error}"),
+                ))
+                .await;
+            }
+            _ => tracing::warn!(error = %error, "an invalid Codex client frame was ignored"),
+        }
+    }
+
+    async fn operate(self: &Arc<Self>, id: i64, request: HostRequest, token: CancellationToken) {
+        let session_id = request.session_id().to_string();
+        if session_id.trim().is_empty() {
+            return self
+                .send(error_response(id, "sessionId must not be empty"))
+                .await;
+        }
+        let reply = match request {
+            HostRequest::OpenSession {
+                session_id,
+                cell_execution_limits,
+            } => self
+                .open(session_id, cell_execution_limits.unwrap_or_default())
+                .map(|r| (r, None)),
+            HostRequest::Execute {
+                session_id,
+                cell_id,
+                request,
+            } => return self.execute(id, &session_id, cell_id, request, token).await,
+            HostRequest::Wait {
+                session_id,
+                request,
+            } => self.wait(&session_id, request, token).await,
+            HostRequest::Terminate {
+                session_id,
+                cell_id,
+            } => self.terminate(&session_id, &cell_id).await,
+            HostRequest::Shutdown { session_id } => {
+                self.shutdown(&session_id).await.map(|r| (r, None))
+            }
+        };
+        let (result, closing) = match reply {
+            Ok((value, closing)) => (WireResult::Ok { value }, closing),
+            Err(message) => (WireResult::Err { message }, None),
+        };
+        self.send(HostMessage::Response { id, result }).await;
+        // A cell whose end that response delivered is closed after it.
+        if let Some((session, cell_id)) = closing {
+            self.close_cell(&session, &cell_id).await;
+        }
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>, String> {
+        lock(&self.sessions)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| format!("unknown code-mode session {id}"))
+    }
+
+    fn open(
+        &self,
+        session_id: String,
+        limits: CellExecutionLimits,
+    ) -> Result<HostResponse, String> {
+        if lock(&self.sessions).len() >= self.limits.max_sessions {
+            return Err(format!(
+                "code-mode host has too many open sessions ({})",
+                self.limits.max_sessions
+            ));
+        }
+        if let Some(bytes) = limits.max_heap_size_bytes {
+            let most = self.runtime.limits().memory_limit_bytes();
+            if bytes < most {
+                return Err(format!(
+                    "invalid code-mode session execution limits: maxHeapSizeBytes {bytes} is below this host's per-cell memory limit ({most} bytes), which it cannot lower per session"
+                ));
+            }
+        }
+        if !lock(&self.opened).insert(session_id.clone()) {
+            return Err(format!("code-mode session ID `{session_id}` was reused"));
+        }
+        let session = Arc::new(Session {
+            owner: Owner {
+                agent_run: format!("codex-{}", self.id),
+                session: format!("codex-{}-{session_id}", self.id),
+            },
+            id: session_id.clone(),
+            max_yield: limits.max_yield_time_ms.map(Duration::from_millis),
+            cells: Mutex::default(),
+            next_cell: AtomicI64::new(1),
+        });
+        lock(&self.sessions).insert(session_id.clone(), session);
+        Ok(HostResponse::SessionReady { session_id })
+    }
+
+    async fn execute(
+        self: &Arc<Self>,
+        id: i64,
+        session_id: &str,
+        cell_id: Option<String>,
+        request: ExecuteRequest,
+        token: CancellationToken,
+    ) {
+        let started = (|| {
+            let session = self.session(session_id)?;
+            if token.is_cancelled() {
+                return Err("code-mode request cancelled".to_string());
+            }
+            if request.max_output_tokens.is_some_and(|n| n < 0) {
+                return Err(
+                    "invalid code-mode execute request: max_output_tokens must not be negative"
+                        .into(),
+                );
+            }
+            let input = cell_input(&request, &session.owner)?;
+            let mut cells = lock(&session.cells);
+            let live: usize = lock(&self.sessions)
+                .values()
+                .map(|s| {
+                    if Arc::ptr_eq(s, &session) {
+                        cells.len()
+                    } else {
+                        lock(&s.cells).len()
+                    }
+                })
+                .sum();
+            if live >= self.limits.max_active_cells {
+                return Err("code-mode host has too many active cells".to_string());
+            }
+            let cell_id = match cell_id {
+                Some(id) if cells.contains_key(&id) => {
+                    return Err(format!("exec cell {id} is already live in this session"))
+                }
+                Some(id) => id,
+                None => session
+                    .next_cell
+                    .fetch_add(1, Ordering::Relaxed)
+                    .to_string(),
+            };
+            let cell = Arc::new(Cell {
+                id: cell_id.clone(),
+                output: Mutex::default(),
+                changed: Notify::new(),
+                terminate: CancellationToken::new(),
+                driven: Mutex::default(),
+            });
+            cells.insert(cell_id, cell.clone());
+            Ok((session.clone(), cell, input))
+        })();
+        let (session, cell, input) = match started {
+            Ok(started) => started,
+            Err(message) => return self.send(error_response(id, &message)).await,
+        };
+        self.send(HostMessage::Response {
+            id,
+            result: WireResult::Ok {
+                value: HostResponse::ExecutionStarted {
+                    cell_id: cell.id.clone(),
+                },
+            },
+        })
+        .await;
+        let driver = tokio::spawn(self.clone().drive(
+            session.clone(),
+            cell.clone(),
+            input,
+            request.tool_call_id.clone(),
+            Arc::new(request.enabled_tools),
+        ));
+        *lock(&cell.driven) = Some(driver);
+        let yield_for = yield_time(request.yield_time_ms, session.max_yield);
+        let (response, ended) = observe(&cell, yield_for, &CancellationToken::new()).await;
+        self.send(HostMessage::InitialResponse {
+            id,
+            result: WireResult::Ok { value: response },
+        })
+        .await;
+        if ended {
+            self.close_cell(&session, &cell.id).await;
+        }
+    }
+
+    async fn wait(
+        &self,
+        session_id: &str,
+        request: WaitRequest,
+        token: CancellationToken,
+    ) -> Result<(HostResponse, Closing), String> {
+        let session = self.session(session_id)?;
+        let Some(cell) = lock(&session.cells).get(&request.cell_id).cloned() else {
+            return Ok((missing(&request.cell_id), None));
+        };
+        {
+            let mut output = lock(&cell.output);
+            if output.observed {
+                return Err(format!(
+                    "exec cell {} already has an active observer",
+                    request.cell_id
+                ));
+            }
+            output.observed = true;
+        }
+        let yield_for = yield_time(Some(request.yield_time_ms), session.max_yield);
+        let observed = observe_claimed(&cell, yield_for, &token).await;
+        let Some((response, ended)) = observed else {
+            return Err("code-mode request cancelled".to_string());
+        };
+        let closing = ended.then(|| (session.clone(), cell.id.clone()));
+        Ok((
+            HostResponse::WaitCompleted {
+                outcome: WaitOutcome::LiveCell(response),
+            },
+            closing,
+        ))
+    }
+
+    async fn terminate(
+        &self,
+        session_id: &str,
+        cell_id: &str,
+    ) -> Result<(HostResponse, Closing), String> {
+        let session = self.session(session_id)?;
+        let Some(cell) = lock(&session.cells).get(cell_id).cloned() else {
+            return Ok((missing(cell_id), None));
+        };
+        cell.terminate.cancel();
+        let driver = lock(&cell.driven).take();
+        if let Some(driver) = driver {
+            let _ = driver.await;
+        }
+        let (items, end) = {
+            let mut output = lock(&cell.output);
+            (std::mem::take(&mut output.items), output.end.clone())
+        };
+        let response = match end {
+            Some(End::Result(error_text)) => RuntimeResponse::Result {
+                cell_id: cell.id.clone(),
+                content_items: items,
+                error_text,
+            },
+            _ => RuntimeResponse::Terminated {
+                cell_id: cell.id.clone(),
+                content_items: items,
+            },
+        };
+        Ok((
+            HostResponse::WaitCompleted {
+                outcome: WaitOutcome::LiveCell(response),
+            },
+            Some((session.clone(), cell.id.clone())),
+        ))
+    }
+
+    async fn shutdown(&self, session_id: &str) -> Result<HostResponse, String> {
+        let session = lock(&self.sessions)
+            .remove(session_id)
+            .ok_or_else(|| format!("unknown code-mode session {session_id}"))?;
+        self.end_session(&session).await;
+        Ok(HostResponse::SessionClosed {
+            session_id: session_id.to_string(),
+        })
+    }
+
+    /// Terminates a session's cells (each gets `cell/closed`) and drops
+    /// what it stored.
+    async fn end_session(&self, session: &Session) {
+        let cells: Vec<Arc<Cell>> = lock(&session.cells).drain().map(|(_, c)| c).collect();
+        for cell in &cells {
+            cell.terminate.cancel();
+        }
+        for cell in cells {
+            let driver = lock(&cell.driven).take();
+            if let Some(driver) = driver {
+                let _ = driver.await;
+            }
+            self.send(HostMessage::CellClosed {
+                session_id: session.id.clone(),
+                cell_id: cell.id.clone(),
+            })
+            .await;
+        }
+        if let Err(e) = self.runtime.close_session(&session.owner).await {
+            tracing::warn!(session = %session.id, error = %e, "cannot release a Codex session's state");
+        }
+    }
+
+    /// Sends `cell/closed` once the cell is forgotten.
+    async fn close_cell(&self, session: &Session, cell_id: &str) {
+        if lock(&session.cells).remove(cell_id).is_some() {
+            self.send(HostMessage::CellClosed {
+                session_id: session.id.clone(),
+                cell_id: cell_id.to_string(),
+            })
+            .await;
+        }
+    }
+
+    /// The client went away: every session ends.
+    async fn close_all(&self) {
+        let sessions: Vec<Arc<Session>> = lock(&self.sessions).drain().map(|(_, s)| s).collect();
+        for session in sessions {
+            self.end_session(&session).await;
+        }
+        for (_, token) in lock(&self.operations).drain() {
+            token.cancel();
+        }
+        lock(&self.delegates).clear();
+    }
+
+    /// Runs a cell to its end: each time it parks on calls the client runs
+    /// (its nested tools, `notify`), those go out as delegate requests, and
+    /// the run resumes from its snapshot with the answers.
+    async fn drive(
+        self: Arc<Self>,
+        session: Arc<Session>,
+        cell: Arc<Cell>,
+        input: ExecInput,
+        tool_call_id: String,
+        tools: Arc<Vec<ToolDefinition>>,
+    ) {
+        let owner = session.owner.clone();
+        let mut result = self
+            .runtime
+            .exec(
+                input
+                    .with_owner(owner.clone())
+                    .with_cancel(cell.terminate.clone()),
+            )
+            .await;
+        loop {
+            push_output(&cell, result.output());
+            let waiting = match result {
+                CellResult::Waiting(waiting) => waiting,
+                CellResult::Completed(_) => return finish(&cell, End::Result(None)),
+                CellResult::Failed(failed) => {
+                    let end = if failed.code == ErrorCode::Aborted && cell.terminate.is_cancelled()
+                    {
+                        End::Terminated
+                    } else {
+                        End::Result(Some(failed.error))
+                    };
+                    return finish(&cell, end);
+                }
+            };
+            if waiting.reason == WaitReason::Yield {
+                lock(&cell.output).yielded = true;
+                cell.changed.notify_waiters();
+            }
+            let calls: Vec<_> = waiting
+                .pending_tool_calls
+                .iter()
+                .filter(|c| c.method == "clientTool")
+                .cloned()
+                .collect();
+            let mut answering = tokio::task::JoinSet::new();
+            for (index, call) in calls.into_iter().enumerate() {
+                let (connection, session, cell) = (self.clone(), session.clone(), cell.clone());
+                let (tool_call_id, tools) = (tool_call_id.clone(), tools.clone());
+                answering.spawn(async move {
+                    let answer = connection
+                        .delegate(&session, &cell, &call, &tool_call_id, &tools)
+                        .await;
+                    (index, answer)
+                });
+            }
+            let mut answers: Vec<(usize, ClientToolResult)> = answering.join_all().await;
+            answers.sort_by_key(|(index, _)| *index);
+            let answers: Vec<ClientToolResult> = answers.into_iter().map(|(_, a)| a).collect();
+            if cell.terminate.is_cancelled() {
+                self.runtime.cancel(&waiting.run_id, &owner).await;
+                return finish(&cell, End::Terminated);
+            }
+            result = self
+                .runtime
+                .wait(
+                    WaitInput::new(waiting.run_id.clone())
+                        .with_owner(owner.clone())
+                        .with_tool_results(answers)
+                        .with_cancel(cell.terminate.clone()),
+                )
+                .await;
+        }
+    }
+
+    /// Sends one parked call to the client and waits for its answer (or
+    /// the cell's termination, which withdraws it).
+    async fn delegate(
+        &self,
+        session: &Session,
+        cell: &Cell,
+        call: &crate::PendingToolCall,
+        tool_call_id: &str,
+        tools: &[ToolDefinition],
+    ) -> ClientToolResult {
+        let input = call
+            .input
+            .as_ref()
+            .and_then(|args| args.get("input"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let tool = call.tool.as_deref().unwrap_or_default();
+        let request = if tool == NOTIFY_TOOL {
+            DelegateRequest::Notify {
+                call_id: tool_call_id.to_string(),
+                cell_id: cell.id.clone(),
+                text: input.as_str().unwrap_or_default().to_string(),
+            }
+        } else {
+            let Some(definition) = tool
+                .strip_prefix(TOOL_PREFIX)
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| tools.get(i))
+            else {
+                return ClientToolResult::error(
+                    call.id.clone(),
+                    format!("unknown nested tool {tool}"),
+                );
+            };
+            DelegateRequest::InvokeTool {
+                invocation: NestedToolCall {
+                    cell_id: cell.id.clone(),
+                    runtime_tool_call_id: call.id.clone(),
+                    tool_name: definition.tool_name.clone(),
+                    tool_kind: definition.kind,
+                    input: Some(input),
+                },
+            }
+        };
+        let id = self.next_delegate.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        {
+            let mut delegates = lock(&self.delegates);
+            if delegates.len() >= self.limits.max_pending_delegates {
+                return ClientToolResult::error(
+                    call.id.clone(),
+                    format!(
+                        "code-mode host exceeded the limit of {} pending delegate calls",
+                        self.limits.max_pending_delegates
+                    ),
+                );
+            }
+            delegates.insert(id, answer);
+        }
+        self.send(HostMessage::DelegateRequest {
+            id,
+            session_id: session.id.clone(),
+            request,
+        })
+        .await;
+        tokio::select! {
+            answered = answered => match answered {
+                Ok(WireResult::Ok { value: DelegateResponse::ToolResult { result } }) if tool != NOTIFY_TOOL => {
+                    ClientToolResult::value(call.id.clone(), result)
+                }
+                Ok(WireResult::Ok { value: DelegateResponse::NotificationDelivered }) if tool == NOTIFY_TOOL => {
+                    ClientToolResult::value(call.id.clone(), Value::Null)
+                }
+                Ok(WireResult::Ok { .. }) => ClientToolResult::error(call.id.clone(), "code-mode client returned an invalid tool result"),
+                Ok(WireResult::Err { message }) => ClientToolResult::error(call.id.clone(), message),
+                Err(_) => ClientToolResult::error(call.id.clone(), "the code-mode client went away"),
+            },
+            _ = cell.terminate.cancelled() => {
+                if lock(&self.delegates).remove(&id).is_some() {
+                    self.send(HostMessage::DelegateCancel { id }).await;
+                }
+                ClientToolResult::error(call.id.clone(), "the cell was terminated")
+            }
+        }
+    }
+}
+
+/// The prefix of the client tools that carry a cell's nested tools
+/// (`__codex_tool_<index in enabled_tools>`).
+const TOOL_PREFIX: &str = "__codex_tool_";
+
+/// The `exec` input of a Codex cell: the profile in front of the source,
+/// its nested tools and `notify` as client tools.
+fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, String> {
+    if request.enabled_tools.len() >= crate::client_tools::MAX_CLIENT_TOOLS {
+        return Err(format!(
+            "quickcell's code-mode host takes at most {} nested tools per cell, got {}",
+            crate::client_tools::MAX_CLIENT_TOOLS - 1,
+            request.enabled_tools.len()
+        ));
+    }
+    let table: Vec<Value> = request
+        .enabled_tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            serde_json::json!({
+                "global": normalize_identifier(&tool.name),
+                "client": format!("{TOOL_PREFIX}{i}"),
+                "description": tool.description,
+            })
+        })
+        .collect();
+    let mut specs: Vec<ClientToolSpec> = request
+        .enabled_tools
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            ClientToolSpec::new(
+                format!("{TOOL_PREFIX}{i}"),
+                crate::output::safe_cut_utf8(
+                    &tool.description,
+                    crate::client_tools::MAX_CLIENT_TOOL_DESCRIPTION_BYTES,
+                ),
+                serde_json::json!({"type": "object"}),
+            )
+        })
+        .collect();
+    specs.push(ClientToolSpec::new(
+        NOTIFY_TOOL,
+        "Sends a notification to the Codex turn.",
+        serde_json::json!({"type": "object"}),
+    ));
+    let profile = PROFILE_JS.replace(
+        "__CODEX_TABLE__",
+        &serde_json::to_string(&table).unwrap_or_else(|_| "[]".into()),
+    );
+    let code = format!(
+        "{profile}\ntry {{\n{}\n}} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }}\n",
+        request.source
+    );
+    Ok(
+        ExecInput::new(format!("codex {}", request.tool_call_id), code)
+            .with_client_tools(specs)
+            .with_owner(owner.clone()),
+    )
+}
+
+/// Codex's `normalize_code_mode_identifier`: characters that cannot be in
+/// a JavaScript identifier become `_`; an empty name is `_`.
+pub(crate) fn normalize_identifier(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .enumerate()
+        .map(|(i, c)| {
+            let ok =
+                c.is_ascii_alphabetic() || c == '_' || c == '$' || (i > 0 && c.is_ascii_digit());
+            if ok {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+/// How long an observer waits: the request's yield time (10 s when
+/// absent), one more second from 10 s on, capped by the session's
+/// `maxYieldTimeMs`.
+fn yield_time(requested_ms: Option<u64>, session_max: Option<Duration>) -> Duration {
+    let asked = Duration::from_millis(requested_ms.unwrap_or(10_000).min(super::MAX_YIELD_TIME_MS));
+    let timeout = if asked >= Duration::from_secs(10) {
+        asked + Duration::from_secs(1)
+    } else {
+        asked
+    };
+    session_max.map_or(timeout, |max| timeout.min(max))
+}
+
+fn missing(cell_id: &str) -> HostResponse {
+    HostResponse::WaitCompleted {
+        outcome: WaitOutcome::MissingCell(RuntimeResponse::Result {
+            cell_id: cell_id.to_string(),
+            content_items: Vec::new(),
+            error_text: Some(format!("exec cell {cell_id} not found")),
+        }),
+    }
+}
+
+fn error_response(id: i64, message: &str) -> HostMessage {
+    HostMessage::Response {
+        id,
+        result: WireResult::Err {
+            message: message.to_string(),
+        },
+    }
+}
+
+/// Adds a result's output entries to the cell's undelivered items.
+fn push_output(cell: &Cell, entries: &[Value]) {
+    if entries.is_empty() {
+        return;
+    }
+    let mut output = lock(&cell.output);
+    output.items.extend(entries.iter().map(content_item));
+    drop(output);
+    cell.changed.notify_waiters();
+}
+
+/// An output entry as a content item: text as text, an `image()` as an
+/// image, other JSON as its compact text.
+fn content_item(entry: &Value) -> ContentItem {
+    if entry["type"] == "text" {
+        if let Some(text) = entry["text"].as_str() {
+            return ContentItem::InputText {
+                text: text.to_string(),
+            };
+        }
+    }
+    let value = &entry["value"];
+    if let Some(url) = value["codex:image"]["image_url"].as_str() {
+        return ContentItem::InputImage {
+            image_url: url.to_string(),
+            detail: value["codex:image"]["detail"].as_str().map(str::to_string),
+        };
+    }
+    ContentItem::InputText {
+        text: value.to_string(),
+    }
+}
+
+fn finish(cell: &Cell, end: End) {
+    lock(&cell.output).end = Some(end);
+    cell.changed.notify_waiters();
+}
+
+/// The execute's first observation (no other observer can exist yet).
+async fn observe(
+    cell: &Cell,
+    yield_for: Duration,
+    cancel: &CancellationToken,
+) -> (RuntimeResponse, bool) {
+    lock(&cell.output).observed = true;
+    observe_claimed(cell, yield_for, cancel)
+        .await
+        .unwrap_or_else(|| {
+            (
+                RuntimeResponse::Yielded {
+                    cell_id: cell.id.clone(),
+                    content_items: Vec::new(),
+                },
+                false,
+            )
+        })
+}
+
+/// Waits until the cell ends, yields, or `yield_for` passes, then takes
+/// what it produced since the last delivery; `None` when `cancel` came
+/// first (what it produced stays for the next observer). Whether the cell
+/// ended.
+async fn observe_claimed(
+    cell: &Cell,
+    yield_for: Duration,
+    cancel: &CancellationToken,
+) -> Option<(RuntimeResponse, bool)> {
+    let until = tokio::time::Instant::now() + yield_for;
+    let outcome = loop {
+        let changed = cell.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        {
+            let output = lock(&cell.output);
+            if output.end.is_some() || output.yielded {
+                break true;
+            }
+        }
+        tokio::select! {
+            _ = &mut changed => {}
+            _ = tokio::time::sleep_until(until) => break true,
+            _ = cancel.cancelled() => break false,
+        }
+    };
+    let mut output = lock(&cell.output);
+    output.observed = false;
+    if !outcome {
+        return None;
+    }
+    output.yielded = false;
+    let content_items = std::mem::take(&mut output.items);
+    let cell_id = cell.id.clone();
+    Some(match output.end.clone() {
+        None => (
+            RuntimeResponse::Yielded {
+                cell_id,
+                content_items,
+            },
+            false,
+        ),
+        Some(End::Result(error_text)) => (
+            RuntimeResponse::Result {
+                cell_id,
+                content_items,
+                error_text,
+            },
+            true,
+        ),
+        Some(End::Terminated) => (
+            RuntimeResponse::Terminated {
+                cell_id,
+                content_items,
+            },
+            true,
+        ),
+    })
+}

@@ -1,0 +1,84 @@
+//! The Codex code-mode host (`quickcell codex-host`): OpenAI Codex runs its
+//! code-mode cells in an external host process and speaks a framed JSON
+//! protocol to it over stdio (openai/codex,
+//! `codex-rs/code-mode-protocol/src/host/`). quickcell speaks protocol
+//! version 1 and runs each cell as a quickcell cell, under the **Codex
+//! guest profile**: the globals Codex tells its model about (`tools.<name>`,
+//! `ALL_TOOLS`, `text`, `image`, `store`/`load`, `notify`, `exit`,
+//! `yield_control`), put in front of the cell's source (`profile.js`) and
+//! built on the same bridge as quickcell's own.
+//!
+//! - [`frame`]: a `u32` little-endian length and UTF-8 JSON, at most
+//!   [`MAX_CODEX_FRAME_BYTES`]; a larger frame is skipped unread into
+//!   memory.
+//! - [`wire`]: the messages; unknown fields are refused, as the reference
+//!   host does.
+//! - `connection`: the handshake, sessions (`session/open`, `/shutdown`),
+//!   cells (`session/execute` with a host-chosen or a client-chosen
+//!   `cellId`, `execute/initialResponse`, `session/wait`,
+//!   `session/terminate`, `cell/closed`), `operation/cancel`, and the
+//!   reverse calls: a nested tool call or `notify()` parks the cell (its
+//!   snapshot is taken, as for any tool) and goes to the client as
+//!   `delegate/request`; the answer resumes it; a terminated cell's calls
+//!   get `delegate/cancel`.
+//!
+//! Bad input never ends the connection: a frame that does not decode is
+//! answered with an error response when it names an operation request id,
+//! and logged otherwise; a delegate answer for an unknown id is logged.
+//! (The reference host ends the connection on both.)
+
+mod connection;
+mod frame;
+mod wire;
+
+pub use frame::MAX_CODEX_FRAME_BYTES;
+
+use crate::Runtime;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// The protocol version quickcell speaks.
+pub const CODEX_PROTOCOL_VERSION: u32 = 1;
+
+/// The capability that lets `session/open` carry `cellExecutionLimits`.
+pub(crate) const RESOURCE_LIMITS_CAPABILITY: &str = "session-cell-execution-resource-limits";
+
+/// Longest yield a request may ask for, in milliseconds (the protocol's
+/// `wait` is capped at 300 s).
+pub(crate) const MAX_YIELD_TIME_MS: u64 = 300_000;
+
+/// Bounds of one connection. Each has the reference host's value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CodexLimits {
+    /// Sessions open at once.
+    pub max_sessions: usize,
+    /// Cells live at once, over all sessions.
+    pub max_active_cells: usize,
+    /// Reverse calls awaiting the client at once.
+    pub max_pending_delegates: usize,
+}
+
+impl Default for CodexLimits {
+    fn default() -> Self {
+        Self {
+            max_sessions: 4096,
+            max_active_cells: 128,
+            max_pending_delegates: 1024,
+        }
+    }
+}
+
+/// Serves the Codex code-mode host protocol on one connection (`reader`
+/// from the client, `writer` to it) until the client closes its end; its
+/// sessions then end (their cells are terminated, their values dropped).
+///
+/// # Errors
+///
+/// When reading or writing fails, or the stream ends inside a frame.
+pub async fn serve_codex(
+    runtime: Arc<Runtime>,
+    reader: impl AsyncRead + Unpin,
+    writer: impl AsyncWrite + Unpin + Send + 'static,
+) -> std::io::Result<()> {
+    connection::serve(runtime, CodexLimits::default(), reader, writer).await
+}
