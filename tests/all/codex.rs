@@ -427,6 +427,20 @@ fn bad_input_gets_an_error_and_the_connection_goes_on() {
         host.recv()["result"],
         json!({"status": "error", "message": "code-mode session ID `session-1` was reused"})
     );
+    // Session ids: 256 bytes are taken, 257 refused.
+    host.send(&request(
+        8,
+        json!({"method": "session/open", "sessionId": "s".repeat(256)}),
+    ));
+    assert_eq!(host.recv()["result"]["status"], "ok");
+    host.send(&request(
+        9,
+        json!({"method": "session/open", "sessionId": "s".repeat(257)}),
+    ));
+    assert_eq!(
+        host.recv()["result"],
+        json!({"status": "error", "message": "sessionId is over 256 bytes"})
+    );
     // A delegate answer nobody asked for: ignored.
     host.send(&json!({"type": "delegate/response", "id": 999, "result": {"status": "ok", "value": {"type": "notification/delivered"}}}));
     // The session still works; shutdown closes its cells first.

@@ -106,6 +106,30 @@ fn encode(message: &HostMessage) -> Option<Vec<u8>> {
     serde_json::to_vec(&replaced).ok()
 }
 
+/// A bounded set of ids, forgetting the oldest.
+#[derive(Default)]
+struct RecentIds {
+    ids: HashSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl RecentIds {
+    /// Adds `id`; `false` when it is already there.
+    fn insert(&mut self, id: &str, most: usize) -> bool {
+        if self.ids.contains(id) {
+            return false;
+        }
+        if self.order.len() >= most {
+            if let Some(oldest) = self.order.pop_front() {
+                self.ids.remove(&oldest);
+            }
+        }
+        self.ids.insert(id.to_string());
+        self.order.push_back(id.to_string());
+        true
+    }
+}
+
 struct Connection {
     runtime: Arc<Runtime>,
     limits: CodexLimits,
@@ -113,8 +137,9 @@ struct Connection {
     /// Scopes this connection's sessions in the state store.
     id: String,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
-    /// Every session id opened on this connection (never reused).
-    opened: Mutex<HashSet<String>>,
+    /// The latest session ids opened on this connection, which may not be
+    /// opened again (at most `max_recent_sessions`).
+    opened: Mutex<RecentIds>,
     /// Operations in flight, by request id, with their cancel tokens.
     operations: Mutex<HashMap<i64, CancellationToken>>,
     /// Reverse calls awaiting the client's answer.
@@ -260,10 +285,22 @@ impl Connection {
             match serde_json::from_slice::<ClientMessage>(&payload) {
                 Ok(ClientMessage::Request { id, request }) => {
                     let token = CancellationToken::new();
-                    let duplicate = lock(&self.operations).insert(id, token.clone()).is_some();
-                    if duplicate {
-                        self.send(error_response(id, "duplicate code-mode request ID"))
-                            .await;
+                    let refused = {
+                        let mut operations = lock(&self.operations);
+                        if operations.contains_key(&id) {
+                            Some("duplicate code-mode request ID".to_string())
+                        } else if operations.len() >= self.limits.max_in_flight {
+                            Some(format!(
+                                "code-mode host has too many in-flight requests ({})",
+                                self.limits.max_in_flight
+                            ))
+                        } else {
+                            operations.insert(id, token.clone());
+                            None
+                        }
+                    };
+                    if let Some(message) = refused {
+                        self.send(error_response(id, &message)).await;
                         continue;
                     }
                     let connection = self.clone();
@@ -322,6 +359,10 @@ impl Connection {
             return self
                 .send(error_response(id, "sessionId must not be empty"))
                 .await;
+        }
+        if session_id.len() > super::MAX_CODEX_ID_BYTES {
+            let message = format!("sessionId is over {} bytes", super::MAX_CODEX_ID_BYTES);
+            return self.send(error_response(id, &message)).await;
         }
         let reply = match request {
             HostRequest::OpenSession {
@@ -384,7 +425,7 @@ impl Connection {
                 ));
             }
         }
-        if !lock(&self.opened).insert(session_id.clone()) {
+        if !lock(&self.opened).insert(&session_id, self.limits.max_recent_sessions) {
             return Err(format!("code-mode session ID `{session_id}` was reused"));
         }
         let session = Arc::new(Session {
@@ -421,20 +462,23 @@ impl Connection {
                 );
             }
             let input = cell_input(&request, &session.owner)?;
-            let mut cells = lock(&session.cells);
-            let live: usize = lock(&self.sessions)
-                .values()
-                .map(|s| {
-                    if Arc::ptr_eq(s, &session) {
-                        cells.len()
-                    } else {
-                        lock(&s.cells).len()
-                    }
-                })
-                .sum();
+            // Counted one session at a time (no two locks held): cells
+            // starting at once may pass the bound by the few in between.
+            let sessions: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
+            let live: usize = sessions.iter().map(|s| lock(&s.cells).len()).sum();
             if live >= self.limits.max_active_cells {
                 return Err("code-mode host has too many active cells".to_string());
             }
+            if cell_id
+                .as_ref()
+                .is_some_and(|id| id.trim().is_empty() || id.len() > super::MAX_CODEX_ID_BYTES)
+            {
+                return Err(format!(
+                    "cellId must be 1 to {} bytes",
+                    super::MAX_CODEX_ID_BYTES
+                ));
+            }
+            let mut cells = lock(&session.cells);
             let cell_id = match cell_id {
                 Some(id) if cells.contains_key(&id) => {
                     return Err(format!("exec cell {id} is already live in this session"))
@@ -799,7 +843,10 @@ fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, Stri
             serde_json::json!({
                 "global": normalize_identifier(&tool.name),
                 "client": format!("{TOOL_PREFIX}{i}"),
-                "description": tool.description,
+                "description": crate::output::safe_cut_utf8(
+                    &tool.description,
+                    crate::client_tools::MAX_CLIENT_TOOL_DESCRIPTION_BYTES,
+                ),
             })
         })
         .collect();
@@ -1008,4 +1055,45 @@ async fn observe_claimed(
             true,
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_ids_refuse_a_repeat_and_forget_the_oldest_past_the_bound() {
+        let mut recent = RecentIds::default();
+        assert!(recent.insert("a", 2));
+        assert!(!recent.insert("a", 2));
+        assert!(recent.insert("b", 2));
+        assert!(recent.insert("c", 2));
+        assert_eq!(recent.order.len(), 2);
+        // "a" was forgotten: the bound holds memory, not the rule forever.
+        assert!(recent.insert("a", 2));
+        assert!(!recent.insert("c", 2));
+    }
+
+    #[test]
+    fn identifiers_are_normalized_as_codex_does() {
+        assert_eq!(
+            normalize_identifier("mcp__x__get-profile"),
+            "mcp__x__get_profile"
+        );
+        assert_eq!(normalize_identifier("9lives"), "_lives");
+        assert_eq!(normalize_identifier(""), "_");
+        assert_eq!(normalize_identifier("a$b1"), "a$b1");
+    }
+
+    #[test]
+    fn yield_times_get_a_grace_second_from_ten_seconds_and_the_session_cap() {
+        assert_eq!(yield_time(Some(250), None), Duration::from_millis(250));
+        assert_eq!(yield_time(None, None), Duration::from_secs(11));
+        assert_eq!(yield_time(Some(30_000), None), Duration::from_secs(31));
+        assert_eq!(
+            yield_time(Some(30_000), Some(Duration::from_millis(500))),
+            Duration::from_millis(500)
+        );
+        assert_eq!(yield_time(Some(u64::MAX), None), Duration::from_secs(301));
+    }
 }

@@ -47,11 +47,19 @@ pub(crate) const RESOURCE_LIMITS_CAPABILITY: &str = "session-cell-execution-reso
 /// `wait` is capped at 300 s).
 pub(crate) const MAX_YIELD_TIME_MS: u64 = 300_000;
 
-/// Bounds of one connection. Each has the reference host's value.
+/// Most bytes of a session id, or of a cell id the client chooses.
+pub(crate) const MAX_CODEX_ID_BYTES: usize = 256;
+
+/// Bounds of one connection (the reference host's values where it has
+/// them).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CodexLimits {
     /// Sessions open at once.
     pub max_sessions: usize,
+    /// Session ids remembered so that none is opened twice.
+    pub max_recent_sessions: usize,
+    /// Operations in flight at once.
+    pub max_in_flight: usize,
     /// Cells live at once, over all sessions.
     pub max_active_cells: usize,
     /// Reverse calls awaiting the client at once.
@@ -62,6 +70,8 @@ impl Default for CodexLimits {
     fn default() -> Self {
         Self {
             max_sessions: 4096,
+            max_recent_sessions: 4096,
+            max_in_flight: 256,
             max_active_cells: 128,
             max_pending_delegates: 1024,
         }
