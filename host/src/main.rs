@@ -357,8 +357,22 @@ fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The file name Codex runs its code-mode host by: quickcell installed (or
+/// linked) under it serves `codex-host`, as Codex starts it with no
+/// arguments.
+const CODEX_HOST_PROGRAM: &str = "codex-code-mode-host";
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked_as = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_stem())
+        .map(|name| name == CODEX_HOST_PROGRAM)
+        .unwrap_or(false);
+    if invoked_as {
+        args.insert(1, "codex-host".into());
+    }
+    let cli = Cli::parse_from(args);
     let export = match start_otlp_export(&cli.command) {
         Ok(export) => export,
         Err(message) => {

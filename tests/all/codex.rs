@@ -510,3 +510,35 @@ fn the_codex_profile_stores_values_notifies_and_yields() {
     );
     assert_eq!(host.recv(), closed("2"));
 }
+
+/// Codex starts `codex-code-mode-host` with no arguments: quickcell linked
+/// under that name serves the protocol.
+#[test]
+fn quickcell_run_as_codex_code_mode_host_serves_the_protocol() {
+    let dir = std::env::temp_dir().join(format!("quickcell-codex-link-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("codex-code-mode-host");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quickcell"), &link).unwrap();
+    let mut child = Command::new(&link)
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let payload = hello(&[1], &[], &[]).to_string();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(&(payload.len() as u32).to_le_bytes())
+            .unwrap();
+        stdin.write_all(payload.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout[4..]).unwrap(),
+        json!({"type": "connection/ready", "selectedVersion": 1, "capabilities": []})
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
