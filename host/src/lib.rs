@@ -104,7 +104,9 @@ pub fn guest_build() -> &'static str {
 pub const ENGINE_VERSIONS: &str =
     "Wasmtime 48.0.8; guest javy 8.1.0, rquickjs 0.12.2 (QuickJS-ng 0.15.1)";
 pub use error::Error;
-pub use frontends::codex::{serve_codex, CODEX_PROTOCOL_VERSION, MAX_CODEX_FRAME_BYTES};
+pub use frontends::codex::{
+    serve_codex, CodexOptions, CODEX_PROTOCOL_VERSION, MAX_CODEX_FRAME_BYTES,
+};
 #[cfg(feature = "mcp-server")]
 pub use frontends::mcp::{HttpOptions, ServeMode};
 pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};

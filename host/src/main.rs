@@ -268,6 +268,13 @@ struct RunArgs {
 
 #[derive(Args)]
 struct CodexHostArgs {
+    /// Keep sessions in the state store under this name: a host started
+    /// again with the same scope answers `session/wait` for the cells of a
+    /// session opened again under its id, and cells waiting on Codex stay
+    /// parked when it closes stdin. Without it, sessions end with the
+    /// connection.
+    #[arg(long, value_name = "NAME")]
+    scope: Option<String>,
     #[command(flatten)]
     catalog: CatalogArgs,
     #[command(flatten)]
@@ -940,7 +947,16 @@ async fn codex_host(args: CodexHostArgs) -> ExitCode {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
-    let served = quickcell::serve_codex(runtime.clone(), tokio::io::stdin(), tokio::io::stdout());
+    let options = match args.scope {
+        Some(scope) => quickcell::CodexOptions::default().with_scope(scope),
+        None => quickcell::CodexOptions::default(),
+    };
+    let served = quickcell::serve_codex(
+        runtime.clone(),
+        options,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+    );
     let result = tokio::select! {
         served = served => served,
         () = termination_signal() => {

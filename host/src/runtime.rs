@@ -846,6 +846,51 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         }
     }
 
+    /// A value of `session` in the session store: what a cell of that
+    /// session gets from `load(key)` (`None` when there is none). For front
+    /// ends that keep their own records beside their cells' values.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be read or the value is
+    /// not JSON.
+    pub async fn session_value(
+        &self,
+        session: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, Error> {
+        let text = self
+            .store
+            .store_get(session, key)
+            .await
+            .map_err(|e| Error::state_store("cannot read a session value", e.into()))?;
+        text.map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| Error::state_store("a session value is unreadable", e.into()))
+    }
+
+    /// Writes (`Some`) and deletes (`None`) values of `session`, at once.
+    /// Unlike a cell's `store`, this is not bounded by the session store's
+    /// caps: the caller bounds what it writes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StateStore`] when the store cannot be written; nothing is.
+    pub async fn set_session_values(
+        &self,
+        session: &str,
+        writes: Vec<(String, Option<serde_json::Value>)>,
+    ) -> Result<(), Error> {
+        let writes = writes
+            .into_iter()
+            .map(|(key, value)| (key, value.map(|v| v.to_string())))
+            .collect();
+        self.store
+            .store_commit(session, writes)
+            .await
+            .map_err(|e| Error::state_store("cannot write session values", e.into()))
+    }
+
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).
     pub async fn wait_json(&self, args: &serde_json::Value) -> CellResult {
         self.wait_json_as(None, args).await

@@ -18,8 +18,14 @@ struct Host {
 
 impl Host {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// `quickcell codex-host ARGS`.
+    fn start_with(args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
             .arg("codex-host")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -52,7 +58,12 @@ impl Host {
 
     /// A host past the handshake, with `session-1` open.
     fn ready() -> Self {
-        let mut host = Self::start();
+        Self::ready_with(&[])
+    }
+
+    /// [`Host::ready`] with `quickcell codex-host ARGS`.
+    fn ready_with(args: &[&str]) -> Self {
+        let mut host = Self::start_with(args);
         host.send(&hello(
             &[1],
             &[],
@@ -540,5 +551,68 @@ fn quickcell_run_as_codex_code_mode_host_serves_the_protocol() {
         serde_json::from_slice::<Value>(&out.stdout[4..]).unwrap(),
         json!({"type": "connection/ready", "selectedVersion": 1, "capabilities": []})
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// With `--scope`, sessions outlive their host: a cell waiting on a nested
+/// tool when its host is killed (SIGKILL), or when Codex closes stdin, is
+/// answered by the next host that opens the session again — its parked run
+/// resumes, the call goes out again, and the execute never runs twice.
+#[test]
+fn a_scoped_session_outlives_its_host() {
+    let dir =
+        std::env::temp_dir().join(format!("quickcell-codex-durable-{}", uuid::Uuid::new_v4()));
+    let state = dir.join("state");
+    let args = ["--scope", "team", "--state-dir", state.to_str().unwrap()];
+    let source =
+        "text('started'); const r = await tools.lookup({q: 1}); text('answer ' + r.answer);";
+    for ending in ["SIGKILL", "stdin closed"] {
+        let mut first = Host::ready_with(&args);
+        let cell = if ending == "SIGKILL" { "1" } else { "3" };
+        first.send(&execute(2, source, lookup_tool("function"), 200));
+        assert_eq!(first.recv(), started(2, cell));
+        assert_eq!(first.recv()["request"]["type"], "tool/invoke");
+        assert_eq!(
+            first.recv()["result"]["value"]["Yielded"]["content_items"],
+            json!([{"type": "input_text", "text": "started"}])
+        );
+        if ending == "SIGKILL" {
+            first.child.kill().unwrap();
+            first.child.wait().unwrap();
+        } else {
+            assert!(first.close().success(), "{ending}");
+        }
+
+        let mut second = Host::ready_with(&args);
+        second.send(&request(3, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": cell, "yield_time_ms": 20000}})));
+        let delegated = second.recv();
+        assert_eq!(
+            delegated["type"], "delegate/request",
+            "{ending}: {delegated}"
+        );
+        let invocation = &delegated["request"]["invocation"];
+        assert_eq!(invocation["cell_id"], cell);
+        assert_eq!(
+            invocation["tool_name"],
+            json!({"name": "lookup", "namespace": "mcp__sample__"})
+        );
+        assert_eq!(invocation["input"], json!({"q": 1}));
+        let id = delegated["id"].as_i64().unwrap();
+        second.send(&json!({"type": "delegate/response", "id": id, "result": {"status": "ok", "value": {"type": "tool/result", "result": {"answer": 42}}}}));
+        // Only what came after the call: `started` is not written again.
+        assert_eq!(
+            second.recv()["result"]["value"]["outcome"],
+            json!({"LiveCell": {"Result": {"cell_id": cell, "content_items": [{"type": "input_text", "text": "answer 42"}], "error_text": null}}}),
+            "{ending}"
+        );
+        assert_eq!(second.recv(), closed(cell));
+        // The session numbers its cells on.
+        let next = if ending == "SIGKILL" { "2" } else { "4" };
+        second.send(&execute(4, "text('next')", json!([]), 10_000));
+        assert_eq!(second.recv(), started(4, next));
+        assert_eq!(second.recv()["type"], "execute/initialResponse");
+        assert_eq!(second.recv(), closed(next));
+        assert!(second.close().success());
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -33,6 +33,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) async fn serve(
     runtime: Arc<Runtime>,
     limits: CodexLimits,
+    scope: Option<String>,
     mut reader: impl AsyncRead + Unpin,
     mut writer: impl AsyncWrite + Unpin + Send + 'static,
 ) -> std::io::Result<()> {
@@ -50,6 +51,7 @@ pub(crate) async fn serve(
         limits,
         out,
         id: uuid::Uuid::new_v4().simple().to_string(),
+        scope,
         sessions: Mutex::default(),
         opened: Mutex::default(),
         operations: Mutex::default(),
@@ -134,8 +136,12 @@ struct Connection {
     runtime: Arc<Runtime>,
     limits: CodexLimits,
     out: mpsc::Sender<HostMessage>,
-    /// Scopes this connection's sessions in the state store.
+    /// Scopes this connection's sessions in the state store when it has
+    /// no `scope`.
     id: String,
+    /// The namespace of its sessions in the state store, which a restarted
+    /// host shares (`None`: the sessions end with the connection).
+    scope: Option<String>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// The latest session ids opened on this connection, which may not be
     /// opened again (at most `max_recent_sessions`).
@@ -153,6 +159,9 @@ type Closing = Option<(Arc<Session>, String)>;
 struct Session {
     id: String,
     owner: Owner,
+    /// With a scope: the session-store key of the records that let a
+    /// restarted host resume the session's cells.
+    records: Option<String>,
     max_yield: Option<Duration>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     next_cell: AtomicI64,
@@ -185,6 +194,42 @@ struct Cell {
     terminate: CancellationToken,
     /// Its driver's end.
     driven: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The cell is parked, waiting on the client's answers.
+    parked: std::sync::atomic::AtomicBool,
+}
+
+/// What a record keeps of a nested tool: what `tool/invoke` echoes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct ToolRef {
+    tool_name: ToolName,
+    kind: ToolKind,
+}
+
+/// A parked cell's record (scoped hosts): enough to resume it elsewhere.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct CellRecord {
+    run: String,
+    call: String,
+    tools: Vec<ToolRef>,
+}
+
+/// How a driver starts.
+enum Start {
+    Exec(Box<ExecInput>),
+    Resume(String),
+}
+
+impl Cell {
+    fn new(id: String) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            output: Mutex::default(),
+            changed: Notify::new(),
+            terminate: CancellationToken::new(),
+            driven: Mutex::default(),
+            parked: Default::default(),
+        })
+    }
 }
 
 impl Connection {
@@ -370,6 +415,7 @@ impl Connection {
                 cell_execution_limits,
             } => self
                 .open(session_id, cell_execution_limits.unwrap_or_default())
+                .await
                 .map(|r| (r, None)),
             HostRequest::Execute {
                 session_id,
@@ -406,7 +452,7 @@ impl Connection {
             .ok_or_else(|| format!("unknown code-mode session {id}"))
     }
 
-    fn open(
+    async fn open(
         &self,
         session_id: String,
         limits: CellExecutionLimits,
@@ -428,15 +474,40 @@ impl Connection {
         if !lock(&self.opened).insert(&session_id, self.limits.max_recent_sessions) {
             return Err(format!("code-mode session ID `{session_id}` was reused"));
         }
+        let (owner, records) = match &self.scope {
+            Some(scope) => (
+                Owner {
+                    agent_run: format!("codex:{scope}"),
+                    session: format!("codex:{scope}:{session_id}"),
+                },
+                Some(format!("codex-cells:{scope}:{session_id}")),
+            ),
+            None => (
+                Owner {
+                    agent_run: format!("codex-{}", self.id),
+                    session: format!("codex-{}-{session_id}", self.id),
+                },
+                None,
+            ),
+        };
+        // A scoped session goes on numbering its cells where it left off.
+        let next_cell = match &records {
+            Some(records) => self
+                .runtime
+                .session_value(records, "next")
+                .await
+                .map_err(|e| format!("cannot read the session's records: {e}"))?
+                .and_then(|v| v.as_i64())
+                .unwrap_or(1),
+            None => 1,
+        };
         let session = Arc::new(Session {
-            owner: Owner {
-                agent_run: format!("codex-{}", self.id),
-                session: format!("codex-{}-{session_id}", self.id),
-            },
+            owner,
+            records,
             id: session_id.clone(),
             max_yield: limits.max_yield_time_ms.map(Duration::from_millis),
             cells: Mutex::default(),
-            next_cell: AtomicI64::new(1),
+            next_cell: AtomicI64::new(next_cell),
         });
         lock(&self.sessions).insert(session_id.clone(), session);
         Ok(HostResponse::SessionReady { session_id })
@@ -489,13 +560,7 @@ impl Connection {
                     .fetch_add(1, Ordering::Relaxed)
                     .to_string(),
             };
-            let cell = Arc::new(Cell {
-                id: cell_id.clone(),
-                output: Mutex::default(),
-                changed: Notify::new(),
-                terminate: CancellationToken::new(),
-                driven: Mutex::default(),
-            });
+            let cell = Cell::new(cell_id.clone());
             cells.insert(cell_id, cell.clone());
             Ok((session.clone(), cell, input))
         })();
@@ -503,6 +568,18 @@ impl Connection {
             Ok(started) => started,
             Err(message) => return self.send(error_response(id, &message)).await,
         };
+        if let Some(records) = &session.records {
+            let next = session.next_cell.load(Ordering::Relaxed);
+            let written = self
+                .runtime
+                .set_session_values(records, vec![("next".into(), Some(next.into()))])
+                .await;
+            if let Err(e) = written {
+                lock(&session.cells).remove(&cell.id);
+                let message = format!("cannot write the session's records: {e}");
+                return self.send(error_response(id, &message)).await;
+            }
+        }
         self.send(HostMessage::Response {
             id,
             result: WireResult::Ok {
@@ -512,12 +589,20 @@ impl Connection {
             },
         })
         .await;
+        let tools: Vec<ToolRef> = request
+            .enabled_tools
+            .iter()
+            .map(|t| ToolRef {
+                tool_name: t.tool_name.clone(),
+                kind: t.kind,
+            })
+            .collect();
         let driver = tokio::spawn(self.clone().drive(
             session.clone(),
             cell.clone(),
-            input,
+            Start::Exec(Box::new(input)),
             request.tool_call_id.clone(),
-            Arc::new(request.enabled_tools),
+            Arc::new(tools),
         ));
         *lock(&cell.driven) = Some(driver);
         let yield_for = yield_time(request.yield_time_ms, session.max_yield);
@@ -533,13 +618,13 @@ impl Connection {
     }
 
     async fn wait(
-        &self,
+        self: &Arc<Self>,
         session_id: &str,
         request: WaitRequest,
         token: CancellationToken,
     ) -> Result<(HostResponse, Closing), String> {
         let session = self.session(session_id)?;
-        let Some(cell) = lock(&session.cells).get(&request.cell_id).cloned() else {
+        let Some(cell) = self.cell(&session, &request.cell_id).await else {
             return Ok((missing(&request.cell_id), None));
         };
         {
@@ -567,12 +652,12 @@ impl Connection {
     }
 
     async fn terminate(
-        &self,
+        self: &Arc<Self>,
         session_id: &str,
         cell_id: &str,
     ) -> Result<(HostResponse, Closing), String> {
         let session = self.session(session_id)?;
-        let Some(cell) = lock(&session.cells).get(cell_id).cloned() else {
+        let Some(cell) = self.cell(&session, cell_id).await else {
             return Ok((missing(cell_id), None));
         };
         cell.terminate.cancel();
@@ -634,6 +719,81 @@ impl Connection {
         if let Err(e) = self.runtime.close_session(&session.owner).await {
             tracing::warn!(session = %session.id, error = %e, "cannot release a Codex session's state");
         }
+        if let Some(records) = &session.records {
+            let owner = Owner {
+                agent_run: session.owner.agent_run.clone(),
+                session: records.clone(),
+            };
+            if let Err(e) = self.runtime.close_session(&owner).await {
+                tracing::warn!(session = %session.id, error = %e, "cannot delete a Codex session's records");
+            }
+        }
+    }
+
+    /// Leaves a scoped session for a later host: its cells parked on the
+    /// client's answers stay parked (their drivers stop without answering);
+    /// a cell still computing is terminated, as it has no snapshot to
+    /// resume.
+    async fn leave_session(&self, session: &Session) {
+        let cells: Vec<Arc<Cell>> = lock(&session.cells).drain().map(|(_, c)| c).collect();
+        for cell in cells {
+            let driver = lock(&cell.driven).take();
+            let Some(driver) = driver else { continue };
+            if cell.parked.load(Ordering::SeqCst) {
+                driver.abort();
+            } else {
+                cell.terminate.cancel();
+            }
+            let _ = driver.await;
+        }
+    }
+
+    /// Deletes a cell's record (scoped sessions), once it has ended.
+    async fn forget_record(&self, session: &Session, cell_id: &str) {
+        if let Some(records) = &session.records {
+            let deleted = self
+                .runtime
+                .set_session_values(records, vec![(format!("cell:{cell_id}"), None)])
+                .await;
+            if let Err(e) = deleted {
+                tracing::warn!(cell = cell_id, error = %e, "cannot delete a Codex cell's record");
+            }
+        }
+    }
+
+    /// The live cell `cell_id` of `session`, or (scoped sessions) the one
+    /// a record names, resumed from its parked run: it goes on where the
+    /// host that parked it stopped, without running its execute again.
+    async fn cell(self: &Arc<Self>, session: &Arc<Session>, cell_id: &str) -> Option<Arc<Cell>> {
+        if let Some(cell) = lock(&session.cells).get(cell_id).cloned() {
+            return Some(cell);
+        }
+        let records = session.records.as_ref()?;
+        let record = self
+            .runtime
+            .session_value(records, &format!("cell:{cell_id}"))
+            .await
+            .ok()
+            .flatten()?;
+        let record: CellRecord = serde_json::from_value(record).ok()?;
+        let cell = {
+            let mut cells = lock(&session.cells);
+            if let Some(cell) = cells.get(cell_id) {
+                return Some(cell.clone());
+            }
+            let cell = Cell::new(cell_id.to_string());
+            cells.insert(cell_id.to_string(), cell.clone());
+            cell
+        };
+        let driver = tokio::spawn(self.clone().drive(
+            session.clone(),
+            cell.clone(),
+            Start::Resume(record.run),
+            record.call,
+            Arc::new(record.tools),
+        ));
+        *lock(&cell.driven) = Some(driver);
+        Some(cell)
     }
 
     /// Sends `cell/closed` once the cell is forgotten.
@@ -651,7 +811,11 @@ impl Connection {
     async fn close_all(&self) {
         let sessions: Vec<Arc<Session>> = lock(&self.sessions).drain().map(|(_, s)| s).collect();
         for session in sessions {
-            self.end_session(&session).await;
+            if session.records.is_some() {
+                self.leave_session(&session).await;
+            } else {
+                self.end_session(&session).await;
+            }
         }
         for (_, token) in lock(&self.operations).drain() {
             token.cancel();
@@ -666,25 +830,41 @@ impl Connection {
         self: Arc<Self>,
         session: Arc<Session>,
         cell: Arc<Cell>,
-        input: ExecInput,
+        start: Start,
         tool_call_id: String,
-        tools: Arc<Vec<ToolDefinition>>,
+        tools: Arc<Vec<ToolRef>>,
     ) {
         let owner = session.owner.clone();
-        let mut result = self
-            .runtime
-            .exec(
-                input
-                    .with_owner(owner.clone())
-                    .with_cancel(cell.terminate.clone()),
-            )
-            .await;
+        let mut result = match start {
+            Start::Exec(input) => {
+                self.runtime
+                    .exec(
+                        input
+                            .with_owner(owner.clone())
+                            .with_cancel(cell.terminate.clone()),
+                    )
+                    .await
+            }
+            Start::Resume(run_id) => {
+                self.runtime
+                    .wait(
+                        WaitInput::new(run_id)
+                            .with_owner(owner.clone())
+                            .with_cancel(cell.terminate.clone()),
+                    )
+                    .await
+            }
+        };
         loop {
             push_output(&cell, result.output());
             let waiting = match result {
                 CellResult::Waiting(waiting) => waiting,
-                CellResult::Completed(_) => return finish(&cell, End::Result(None)),
+                CellResult::Completed(_) => {
+                    self.forget_record(&session, &cell.id).await;
+                    return finish(&cell, End::Result(None));
+                }
                 CellResult::Failed(failed) => {
+                    self.forget_record(&session, &cell.id).await;
                     let end = if failed.code == ErrorCode::Aborted && cell.terminate.is_cancelled()
                     {
                         End::Terminated
@@ -694,6 +874,26 @@ impl Connection {
                     return finish(&cell, end);
                 }
             };
+            if let Some(records) = &session.records {
+                let record = CellRecord {
+                    run: waiting.run_id.clone(),
+                    call: tool_call_id.clone(),
+                    tools: tools.to_vec(),
+                };
+                let written = self
+                    .runtime
+                    .set_session_values(
+                        records,
+                        vec![(
+                            format!("cell:{}", cell.id),
+                            serde_json::to_value(&record).ok(),
+                        )],
+                    )
+                    .await;
+                if let Err(e) = written {
+                    tracing::warn!(cell = %cell.id, error = %e, "cannot record a parked Codex cell; a restarted host cannot resume it");
+                }
+            }
             if waiting.reason == WaitReason::Yield {
                 lock(&cell.output).yielded = true;
                 cell.changed.notify_waiters();
@@ -704,6 +904,7 @@ impl Connection {
                 .filter(|c| c.method == "clientTool")
                 .cloned()
                 .collect();
+            cell.parked.store(true, Ordering::SeqCst);
             let mut answering = tokio::task::JoinSet::new();
             for (index, call) in calls.into_iter().enumerate() {
                 let (connection, session, cell) = (self.clone(), session.clone(), cell.clone());
@@ -718,8 +919,10 @@ impl Connection {
             let mut answers: Vec<(usize, ClientToolResult)> = answering.join_all().await;
             answers.sort_by_key(|(index, _)| *index);
             let answers: Vec<ClientToolResult> = answers.into_iter().map(|(_, a)| a).collect();
+            cell.parked.store(false, Ordering::SeqCst);
             if cell.terminate.is_cancelled() {
                 self.runtime.cancel(&waiting.run_id, &owner).await;
+                self.forget_record(&session, &cell.id).await;
                 return finish(&cell, End::Terminated);
             }
             result = self
@@ -742,7 +945,7 @@ impl Connection {
         cell: &Cell,
         call: &crate::PendingToolCall,
         tool_call_id: &str,
-        tools: &[ToolDefinition],
+        tools: &[ToolRef],
     ) -> ClientToolResult {
         let input = call
             .input

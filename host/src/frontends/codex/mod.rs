@@ -78,17 +78,49 @@ impl Default for CodexLimits {
     }
 }
 
+/// How a Codex connection keeps its sessions.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct CodexOptions {
+    /// The namespace of the connection's sessions in the state store.
+    /// With one, a session's values, cells and cell numbering are kept
+    /// there: a host started again with the same scope (or another host on
+    /// the same PostgreSQL store) that gets `session/open` for the same
+    /// session id answers `session/wait` for the cells started before,
+    /// resuming their parked runs (an execute never runs twice), and a
+    /// client that closes its end leaves the cells waiting on it parked.
+    /// Without one (the default) sessions end with their connection.
+    pub scope: Option<String>,
+}
+
+impl CodexOptions {
+    /// Keeps sessions in the state store under `scope`.
+    pub fn with_scope(mut self, scope: impl Into<String>) -> Self {
+        self.scope = Some(scope.into());
+        self
+    }
+}
+
 /// Serves the Codex code-mode host protocol on one connection (`reader`
-/// from the client, `writer` to it) until the client closes its end; its
-/// sessions then end (their cells are terminated, their values dropped).
+/// from the client, `writer` to it) until the client closes its end. Its
+/// sessions then end (cells terminated, values dropped), unless
+/// `options` gives them a scope (see [`CodexOptions::scope`]).
 ///
 /// # Errors
 ///
 /// When reading or writing fails, or the stream ends inside a frame.
 pub async fn serve_codex(
     runtime: Arc<Runtime>,
+    options: CodexOptions,
     reader: impl AsyncRead + Unpin,
     writer: impl AsyncWrite + Unpin + Send + 'static,
 ) -> std::io::Result<()> {
-    connection::serve(runtime, CodexLimits::default(), reader, writer).await
+    connection::serve(
+        runtime,
+        CodexLimits::default(),
+        options.scope,
+        reader,
+        writer,
+    )
+    .await
 }
