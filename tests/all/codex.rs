@@ -616,3 +616,38 @@ fn a_scoped_session_outlives_its_host() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// As in Codex, a timer still pending when the source ends does not keep
+/// the cell alive (quickcell's own timers would), and neither does a
+/// nested tool call nobody awaits.
+#[test]
+fn pending_timers_and_unawaited_calls_do_not_keep_a_codex_cell_alive() {
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "setTimeout(() => text('late'), 60000); const t = setTimeout(() => text('cleared'), 10); clearTimeout(t); await new Promise((r) => setTimeout(r, 10)); text('done')",
+        json!([]),
+        30_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"],
+        json!({"cell_id": "1", "content_items": [{"type": "input_text", "text": "done"}], "error_text": null})
+    );
+    assert_eq!(host.recv(), closed("1"));
+    host.send(&execute(
+        3,
+        "tools.lookup({}); text('done')",
+        lookup_tool("function"),
+        30_000,
+    ));
+    assert_eq!(host.recv(), started(3, "2"));
+    // The call goes out (Codex would send it too), and the cell ends
+    // without its answer.
+    assert_eq!(host.recv()["request"]["type"], "tool/invoke");
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"],
+        json!({"cell_id": "2", "content_items": [{"type": "input_text", "text": "done"}], "error_text": null})
+    );
+    assert_eq!(host.recv(), closed("2"));
+}

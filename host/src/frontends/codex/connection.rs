@@ -21,6 +21,11 @@ const PROFILE_JS: &str = include_str!("profile.js");
 /// The client tool that carries `notify()`.
 const NOTIFY_TOOL: &str = "__codex_notify";
 
+/// The client tool the profile calls when the source ends with nested tool
+/// calls nobody awaits: the host discards them (answers them with `null`,
+/// sending nothing), as Codex does.
+const END_TOOL: &str = "__codex_end";
+
 /// Frames queued for the client at most; a client that stops reading
 /// holds its cells, not the host's memory.
 const OUTGOING_FRAMES: usize = 128;
@@ -905,13 +910,24 @@ impl Connection {
                 .cloned()
                 .collect();
             cell.parked.store(true, Ordering::SeqCst);
+            let ended = calls.iter().any(|c| c.tool.as_deref() == Some(END_TOOL));
             let mut answering = tokio::task::JoinSet::new();
             for (index, call) in calls.into_iter().enumerate() {
+                if call.tool.as_deref() == Some(END_TOOL) {
+                    answering.spawn(async move {
+                        (index, ClientToolResult::value(call.id, Value::Null))
+                    });
+                    continue;
+                }
+                // Past the end, a nested call nobody awaits is sent (the
+                // tool runs, as in Codex) but not waited for; Codex
+                // withdraws it when the cell closes.
+                let fire = ended && call.tool.as_deref() != Some(NOTIFY_TOOL);
                 let (connection, session, cell) = (self.clone(), session.clone(), cell.clone());
                 let (tool_call_id, tools) = (tool_call_id.clone(), tools.clone());
                 answering.spawn(async move {
                     let answer = connection
-                        .delegate(&session, &cell, &call, &tool_call_id, &tools)
+                        .delegate(&session, &cell, &call, &tool_call_id, &tools, fire)
                         .await;
                     (index, answer)
                 });
@@ -946,6 +962,7 @@ impl Connection {
         call: &crate::PendingToolCall,
         tool_call_id: &str,
         tools: &[ToolRef],
+        fire: bool,
     ) -> ClientToolResult {
         let input = call
             .input
@@ -982,6 +999,15 @@ impl Connection {
             }
         };
         let id = self.next_delegate.fetch_add(1, Ordering::Relaxed);
+        if fire {
+            self.send(HostMessage::DelegateRequest {
+                id,
+                session_id: session.id.clone(),
+                request,
+            })
+            .await;
+            return ClientToolResult::value(call.id.clone(), Value::Null);
+        }
         let (answer, answered) = oneshot::channel();
         {
             let mut delegates = lock(&self.delegates);
@@ -1031,10 +1057,11 @@ const TOOL_PREFIX: &str = "__codex_tool_";
 /// The `exec` input of a Codex cell: the profile in front of the source,
 /// its nested tools and `notify` as client tools.
 fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, String> {
-    if request.enabled_tools.len() >= crate::client_tools::MAX_CLIENT_TOOLS {
+    // Two client tools carry `notify()` and the source's end.
+    let most = crate::client_tools::MAX_CLIENT_TOOLS - 2;
+    if request.enabled_tools.len() > most {
         return Err(format!(
-            "quickcell's code-mode host takes at most {} nested tools per cell, got {}",
-            crate::client_tools::MAX_CLIENT_TOOLS - 1,
+            "quickcell's code-mode host takes at most {most} nested tools per cell, got {}",
             request.enabled_tools.len()
         ));
     }
@@ -1073,12 +1100,17 @@ fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, Stri
         "Sends a notification to the Codex turn.",
         serde_json::json!({"type": "object"}),
     ));
+    specs.push(ClientToolSpec::new(
+        END_TOOL,
+        "Marks the end of the source.",
+        serde_json::json!({"type": "object"}),
+    ));
     let profile = PROFILE_JS.replace(
         "__CODEX_TABLE__",
         &serde_json::to_string(&table).unwrap_or_else(|_| "[]".into()),
     );
     let code = format!(
-        "{profile}\ntry {{\n{}\n}} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }}\n",
+        "{profile}\ntry {{\n{}\n}} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }} finally {{ __codexEnd(); }}\n",
         request.source
     );
     Ok(

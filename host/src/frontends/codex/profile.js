@@ -2,20 +2,45 @@
 // (codex-rs/code-mode-protocol/src/description.rs), built on quickcell's
 // own. The host puts this text, with `__CODEX_TABLE__` replaced by the
 // cell's tool table, in front of the cell's source.
-const { tools, ALL_TOOLS, image, notify, exit, __codexExit } = ((table) => {
+const { tools, ALL_TOOLS, image, notify, exit, __codexExit, setTimeout, clearTimeout, __codexEnd } = ((table) => {
   const exitSignal = Object.freeze({ exit: true });
+  // Codex's timers do not keep a cell alive: those still pending when the
+  // source ends are cleared (quickcell's would hold the cell open).
+  const realSetTimeout = globalThis.setTimeout;
+  const realClearTimeout = globalThis.clearTimeout;
+  const pendingTimers = new Set();
+  const setTimeoutCodex = (callback, delayMs, ...args) => {
+    const delay = Number.isFinite(delayMs) && delayMs > 0 ? delayMs : 0;
+    const id = realSetTimeout(() => {
+      pendingTimers.delete(id);
+      callback(...args);
+    }, delay);
+    pendingTimers.add(id);
+    return id;
+  };
+  const clearTimeoutCodex = (id) => {
+    pendingTimers.delete(id);
+    realClearTimeout(id);
+  };
   const toolObject = {};
+  // Nested tool calls not settled yet: those nobody awaited when the
+  // source ends are discarded, as in Codex.
+  let inFlight = 0;
   for (const entry of table) {
     const call = globalThis[entry.client];
     toolObject[entry.global] = async (input) => {
+      inFlight += 1;
       try {
         return await call({ input: input === undefined ? null : input });
       } catch (e) {
         // Codex rejects a failed tool call with its message, a string.
         throw e && typeof e.message === "string" ? e.message : e;
+      } finally {
+        inFlight -= 1;
       }
     };
   }
+  const endClient = globalThis.__codex_end;
   const stringify = (value) =>
     typeof value === "string" ? value : value === undefined ? "undefined" : JSON.stringify(value) ?? String(value);
   const DETAILS = ["auto", "low", "high", "original"];
@@ -56,5 +81,13 @@ const { tools, ALL_TOOLS, image, notify, exit, __codexExit } = ((table) => {
       throw exitSignal;
     },
     __codexExit: exitSignal,
+    setTimeout: setTimeoutCodex,
+    clearTimeout: clearTimeoutCodex,
+    __codexEnd: () => {
+      for (const id of pendingTimers) realClearTimeout(id);
+      pendingTimers.clear();
+      // Tells the host that the calls still pending are nobody's.
+      if (inFlight > 0) endClient({ input: null });
+    },
   };
 })(__CODEX_TABLE__);
