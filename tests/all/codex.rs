@@ -651,3 +651,33 @@ fn pending_timers_and_unawaited_calls_do_not_keep_a_codex_cell_alive() {
     );
     assert_eq!(host.recv(), closed("2"));
 }
+
+/// A `// @exec:` pragma left in the source (Codex strips it) sets the
+/// yield time; a bad one is refused as Codex refuses it.
+#[test]
+fn a_pragma_left_in_the_source_sets_the_yield_time() {
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "// @exec: {\"yield_time_ms\": 100}\ntext('waiting'); await tools.lookup({});",
+        lookup_tool("function"),
+        60_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    assert_eq!(host.recv()["type"], "delegate/request");
+    // Yielded after 100 ms, not the request's 60 s.
+    assert_eq!(
+        host.recv()["result"]["value"]["Yielded"]["content_items"],
+        json!([{"type": "input_text", "text": "waiting"}])
+    );
+    host.send(&execute(
+        3,
+        "// @exec: {\"yield\": 1}\ntext(1)",
+        json!([]),
+        10_000,
+    ));
+    assert_eq!(
+        host.recv()["result"],
+        json!({"status": "error", "message": "exec pragma only supports `yield_time_ms` and `max_output_tokens`; got `yield`"})
+    );
+}

@@ -537,6 +537,7 @@ impl Connection {
                         .into(),
                 );
             }
+            let pragma = exec_pragma(&request.source)?;
             let input = cell_input(&request, &session.owner)?;
             // Counted one session at a time (no two locks held): cells
             // starting at once may pass the bound by the few in between.
@@ -567,9 +568,9 @@ impl Connection {
             };
             let cell = Cell::new(cell_id.clone());
             cells.insert(cell_id, cell.clone());
-            Ok((session.clone(), cell, input))
+            Ok((session.clone(), cell, input, pragma))
         })();
-        let (session, cell, input) = match started {
+        let (session, cell, input, pragma) = match started {
             Ok(started) => started,
             Err(message) => return self.send(error_response(id, &message)).await,
         };
@@ -610,7 +611,11 @@ impl Connection {
             Arc::new(tools),
         ));
         *lock(&cell.driven) = Some(driver);
-        let yield_for = yield_time(request.yield_time_ms, session.max_yield);
+        // A pragma the client left in the source speaks for the model.
+        let yield_for = yield_time(
+            pragma.yield_time_ms.or(request.yield_time_ms),
+            session.max_yield,
+        );
         let (response, ended) = observe(&cell, yield_for, &CancellationToken::new()).await;
         self.send(HostMessage::InitialResponse {
             id,
@@ -1120,6 +1125,51 @@ fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, Stri
     )
 }
 
+/// The values of a first-line `// @exec: {...}` pragma.
+#[derive(Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecPragma {
+    yield_time_ms: Option<u64>,
+    max_output_tokens: Option<u64>,
+}
+
+/// Codex strips the pragma before it sends a source; one left in is read
+/// here, by Codex's rules (a JSON object of `yield_time_ms` and
+/// `max_output_tokens`, non-negative safe integers, followed by source).
+/// The line stays in the source: it is a comment.
+fn exec_pragma(source: &str) -> Result<ExecPragma, String> {
+    const PREFIX: &str = "// @exec:";
+    const MAX_SAFE: u64 = (1 << 53) - 1;
+    let first = source.lines().next().unwrap_or_default().trim_start();
+    let Some(json) = first.strip_prefix(PREFIX) else {
+        return Ok(ExecPragma::default());
+    };
+    if source.lines().skip(1).all(|l| l.trim().is_empty()) {
+        return Err("exec pragma must be followed by JavaScript source on subsequent lines".into());
+    }
+    let value: Value = serde_json::from_str(json.trim())
+        .map_err(|e| format!("exec pragma must be valid JSON: {e}"))?;
+    if let Some(key) = value.as_object().and_then(|o| {
+        o.keys()
+            .find(|k| *k != "yield_time_ms" && *k != "max_output_tokens")
+    }) {
+        return Err(format!(
+            "exec pragma only supports `yield_time_ms` and `max_output_tokens`; got `{key}`"
+        ));
+    }
+    let pragma: ExecPragma = serde_json::from_value(value).map_err(|_| {
+        "exec pragma must be a JSON object whose values are non-negative safe integers".to_string()
+    })?;
+    if [pragma.yield_time_ms, pragma.max_output_tokens]
+        .iter()
+        .flatten()
+        .any(|&n| n > MAX_SAFE)
+    {
+        return Err("exec pragma values must be non-negative safe integers".into());
+    }
+    Ok(pragma)
+}
+
 /// Codex's `normalize_code_mode_identifier`: characters that cannot be in
 /// a JavaScript identifier become `_`; an empty name is `_`.
 pub(crate) fn normalize_identifier(name: &str) -> String {
@@ -1307,6 +1357,31 @@ mod tests {
         // "a" was forgotten: the bound holds memory, not the rule forever.
         assert!(recent.insert("a", 2));
         assert!(!recent.insert("c", 2));
+    }
+
+    #[test]
+    fn a_pragma_left_in_the_source_is_read_by_codex_s_rules() {
+        assert_eq!(exec_pragma("text(1)"), Ok(ExecPragma::default()));
+        assert_eq!(
+            exec_pragma("  // @exec: {\"yield_time_ms\": 500}\ntext(1)"),
+            Ok(ExecPragma {
+                yield_time_ms: Some(500),
+                max_output_tokens: None
+            })
+        );
+        for (source, error) in [
+            ("// @exec: {}", "must be followed"),
+            ("// @exec: {\"color\": 1}\nx", "got `color`"),
+            ("// @exec: {oops\nx", "valid JSON"),
+            ("// @exec: {\"yield_time_ms\": -1}\nx", "non-negative"),
+            (
+                "// @exec: {\"yield_time_ms\": 9007199254740992}\nx",
+                "safe integers",
+            ),
+        ] {
+            let got = exec_pragma(source).unwrap_err();
+            assert!(got.contains(error), "{source}: {got}");
+        }
     }
 
     #[test]
