@@ -26,6 +26,7 @@ impl Host {
         let mut child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
             .arg("codex-host")
             .args(args)
+            .current_dir(std::env::temp_dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -680,4 +681,51 @@ fn a_pragma_left_in_the_source_sets_the_yield_time() {
         host.recv()["result"],
         json!({"status": "error", "message": "exec pragma only supports `yield_time_ms` and `max_output_tokens`; got `yield`"})
     );
+}
+
+/// Two hosts on one PostgreSQL store, the same scope: a cell host A
+/// started, parked on a nested tool, is answered through host B while A
+/// still runs, and B's cell numbering goes on from A's.
+#[test]
+fn a_scoped_session_moves_between_hosts_on_one_postgres_store() {
+    let url = quickcell::testing::postgres_database();
+    let key = std::env::temp_dir().join(format!("quickcell-codex-key-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&key, uuid::Uuid::new_v4().simple().to_string()).unwrap();
+    let args = [
+        "--scope",
+        "shared",
+        "--state-url",
+        url.as_str(),
+        "--state-key-file",
+        key.to_str().unwrap(),
+    ];
+    let mut a = Host::ready_with(&args);
+    a.send(&execute(
+        2,
+        "await store('k', 'from A'); text('on A'); const r = await tools.lookup({}); text(r + ' ' + await load('k'));",
+        lookup_tool("function"),
+        200,
+    ));
+    assert_eq!(a.recv(), started(2, "1"));
+    assert_eq!(a.recv()["type"], "delegate/request");
+    assert_eq!(a.recv()["type"], "execute/initialResponse");
+
+    let mut b = Host::ready_with(&args);
+    b.send(&request(3, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 20000}})));
+    let delegated = b.recv();
+    assert_eq!(
+        delegated["request"]["invocation"]["cell_id"], "1",
+        "{delegated}"
+    );
+    let id = delegated["id"].as_i64().unwrap();
+    b.send(&json!({"type": "delegate/response", "id": id, "result": {"status": "ok", "value": {"type": "tool/result", "result": "answered on B"}}}));
+    assert_eq!(
+        b.recv()["result"]["value"]["outcome"],
+        json!({"LiveCell": {"Result": {"cell_id": "1", "content_items": [{"type": "input_text", "text": "answered on B from A"}], "error_text": null}}})
+    );
+    assert_eq!(b.recv(), closed("1"));
+    b.send(&execute(4, "text('second')", json!([]), 10_000));
+    assert_eq!(b.recv(), started(4, "2"));
+    drop(a);
+    std::fs::remove_file(&key).ok();
 }
