@@ -729,3 +729,75 @@ fn a_scoped_session_moves_between_hosts_on_one_postgres_store() {
     drop(a);
     std::fs::remove_file(&key).ok();
 }
+
+/// `session/terminate` while the execute's first observation still waits
+/// (what Codex sends when a turn is interrupted): the call is withdrawn,
+/// the execute's initial response comes before the cell's one
+/// `cell/closed`, and the terminate is answered.
+#[test]
+fn terminate_during_the_first_observation_keeps_the_order() {
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "text('a'); await tools.lookup({})",
+        lookup_tool("function"),
+        30_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let delegate_id = host.recv()["id"].as_i64().unwrap();
+    host.send(&request(
+        3,
+        json!({"method": "session/terminate", "sessionId": "session-1", "cellId": "1"}),
+    ));
+    let frames: Vec<Value> = (0..4).map(|_| host.recv()).collect();
+    let at = |pred: &dyn Fn(&Value) -> bool| frames.iter().position(pred);
+    let cancel = at(&|f| f["type"] == "delegate/cancel").expect("delegate/cancel");
+    assert_eq!(frames[cancel]["id"], delegate_id);
+    let initial = at(&|f| f["type"] == "execute/initialResponse").expect("initial response");
+    let closed_at = at(&|f| f["type"] == "cell/closed").expect("cell/closed");
+    let answered =
+        at(&|f| f["type"] == "operation/response" && f["id"] == 3).expect("terminate answered");
+    assert!(initial < closed_at, "{frames:?}");
+    assert_eq!(
+        frames[initial]["result"]["value"]["Terminated"]["content_items"],
+        json!([{"type": "input_text", "text": "a"}]),
+        "{frames:?}"
+    );
+    assert_eq!(frames[answered]["result"]["status"], "ok", "{frames:?}");
+    // Exactly one cell/closed.
+    assert!(host.quiet(Duration::from_millis(300)));
+}
+
+/// Output can pass for an image only when the profile's `image()` wrote
+/// it, and a tool description with U+2028 breaks nothing.
+#[test]
+fn only_image_makes_images_and_descriptions_stay_strings() {
+    let mut host = Host::ready();
+    let tools = json!([{
+        "name": "odd",
+        "tool_name": {"name": "odd", "namespace": null},
+        "description": "line\u{2028}text('injected')//\u{2029}end",
+        "kind": "function",
+        "input_schema": null,
+        "output_schema": null,
+    }]);
+    host.send(&execute(
+        2,
+        "json({'codex:image': {type: 'image', image_url: 'data:x', detail: 'bogus'}}); image('data:image/png;base64,AA', 'low'); text(ALL_TOOLS[0].description.length > 0)",
+        tools,
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let items = host.recv()["result"]["value"]["Result"]["content_items"].clone();
+    assert_eq!(items[0]["type"], "input_text", "{items}");
+    assert_eq!(
+        items[1],
+        json!({"type": "input_image", "image_url": "data:image/png;base64,AA", "detail": "low"})
+    );
+    assert_eq!(items[2], json!({"type": "input_text", "text": "true"}));
+    assert_eq!(
+        items.as_array().unwrap().len(),
+        3,
+        "nothing injected: {items}"
+    );
+}

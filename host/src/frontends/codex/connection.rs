@@ -15,7 +15,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// The profile's source, with `__CODEX_TABLE__` for the cell's tools.
+/// The profile's source; its last line, `})(`, is completed with the
+/// cell's tool table and output marker.
 const PROFILE_JS: &str = include_str!("profile.js");
 
 /// The client tool that carries `notify()`.
@@ -62,6 +63,7 @@ pub(crate) async fn serve(
         operations: Mutex::default(),
         delegates: Mutex::default(),
         next_delegate: AtomicI64::new(1),
+        closed: CancellationToken::new(),
     });
     let read = async {
         if connection.handshake(&mut reader).await? {
@@ -156,10 +158,18 @@ struct Connection {
     /// Reverse calls awaiting the client's answer.
     delegates: Mutex<HashMap<i64, oneshot::Sender<WireResult<DelegateResponse>>>>,
     next_delegate: AtomicI64,
+    /// Cancelled when the client has gone: observations end, no session
+    /// opens.
+    closed: CancellationToken,
 }
 
-/// A cell to close once a response has gone out.
-type Closing = Option<(Arc<Session>, String)>;
+/// What follows a response: the observation it ends, and the cell it
+/// closes (its end delivered).
+#[derive(Default)]
+struct After {
+    release: Option<Arc<Cell>>,
+    close: Option<(Arc<Session>, String)>,
+}
 
 struct Session {
     id: String,
@@ -170,6 +180,8 @@ struct Session {
     max_yield: Option<Duration>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     next_cell: AtomicI64,
+    /// Set (under `cells`) when the session ends: no cell starts after.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// A cell's output and end, as its observers see them.
@@ -201,6 +213,9 @@ struct Cell {
     driven: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The cell is parked, waiting on the client's answers.
     parked: std::sync::atomic::AtomicBool,
+    /// The key the profile's `image()` / `audio()` output carries: random,
+    /// so that no other output of the cell can pass for one.
+    marker: String,
 }
 
 /// What a record keeps of a nested tool: what `tool/invoke` echoes.
@@ -216,6 +231,7 @@ struct CellRecord {
     run: String,
     call: String,
     tools: Vec<ToolRef>,
+    marker: String,
 }
 
 /// How a driver starts.
@@ -225,9 +241,10 @@ enum Start {
 }
 
 impl Cell {
-    fn new(id: String) -> Arc<Self> {
+    fn new(id: String, marker: String) -> Arc<Self> {
         Arc::new(Self {
             id,
+            marker,
             output: Mutex::default(),
             changed: Notify::new(),
             terminate: CancellationToken::new(),
@@ -338,7 +355,13 @@ impl Connection {
                     let refused = {
                         let mut operations = lock(&self.operations);
                         if operations.contains_key(&id) {
-                            Some("duplicate code-mode request ID".to_string())
+                            // The request in flight under this id answers
+                            // it; a second response would be one too many.
+                            tracing::warn!(
+                                id,
+                                "a Codex request reusing an id in flight was ignored"
+                            );
+                            continue;
                         } else if operations.len() >= self.limits.max_in_flight {
                             Some(format!(
                                 "code-mode host has too many in-flight requests ({})",
@@ -398,9 +421,22 @@ impl Connection {
                     &format!("invalid code-mode request: {error}"),
                 ))
                 .await;
+                return;
             }
-            _ => tracing::warn!(error = %error, "an invalid Codex client frame was ignored"),
+            _ => {}
         }
+        // A delegate answer that does not decode fails its call.
+        let delegate_id = raw
+            .as_ref()
+            .filter(|v| v["type"] == "delegate/response")
+            .and_then(|v| v["id"].as_i64());
+        if let Some(answer) = delegate_id.and_then(|id| lock(&self.delegates).remove(&id)) {
+            let _ = answer.send(WireResult::Err {
+                message: format!("invalid code-mode delegate response: {error}"),
+            });
+            return;
+        }
+        tracing::warn!(error = %error, "an invalid Codex client frame was ignored");
     }
 
     async fn operate(self: &Arc<Self>, id: i64, request: HostRequest, token: CancellationToken) {
@@ -421,7 +457,7 @@ impl Connection {
             } => self
                 .open(session_id, cell_execution_limits.unwrap_or_default())
                 .await
-                .map(|r| (r, None)),
+                .map(|r| (r, After::default())),
             HostRequest::Execute {
                 session_id,
                 cell_id,
@@ -435,17 +471,21 @@ impl Connection {
                 session_id,
                 cell_id,
             } => self.terminate(&session_id, &cell_id).await,
-            HostRequest::Shutdown { session_id } => {
-                self.shutdown(&session_id).await.map(|r| (r, None))
-            }
+            HostRequest::Shutdown { session_id } => self
+                .shutdown(&session_id)
+                .await
+                .map(|r| (r, After::default())),
         };
-        let (result, closing) = match reply {
-            Ok((value, closing)) => (WireResult::Ok { value }, closing),
-            Err(message) => (WireResult::Err { message }, None),
+        let (result, after) = match reply {
+            Ok((value, after)) => (WireResult::Ok { value }, after),
+            Err(message) => (WireResult::Err { message }, After::default()),
         };
         self.send(HostMessage::Response { id, result }).await;
         // A cell whose end that response delivered is closed after it.
-        if let Some((session, cell_id)) = closing {
+        if let Some(cell) = after.release {
+            release(&cell);
+        }
+        if let Some((session, cell_id)) = after.close {
             self.close_cell(&session, &cell_id).await;
         }
     }
@@ -462,6 +502,9 @@ impl Connection {
         session_id: String,
         limits: CellExecutionLimits,
     ) -> Result<HostResponse, String> {
+        if self.closed.is_cancelled() {
+            return Err("code-mode host is shutting down".into());
+        }
         if lock(&self.sessions).len() >= self.limits.max_sessions {
             return Err(format!(
                 "code-mode host has too many open sessions ({})",
@@ -506,6 +549,9 @@ impl Connection {
                 .unwrap_or(1),
             None => 1,
         };
+        if self.closed.is_cancelled() {
+            return Err("code-mode host is shutting down".into());
+        }
         let session = Arc::new(Session {
             owner,
             records,
@@ -513,6 +559,7 @@ impl Connection {
             max_yield: limits.max_yield_time_ms.map(Duration::from_millis),
             cells: Mutex::default(),
             next_cell: AtomicI64::new(next_cell),
+            closing: Default::default(),
         });
         lock(&self.sessions).insert(session_id.clone(), session);
         Ok(HostResponse::SessionReady { session_id })
@@ -538,7 +585,8 @@ impl Connection {
                 );
             }
             let pragma = exec_pragma(&request.source)?;
-            let input = cell_input(&request, &session.owner)?;
+            let marker = format!("codex:{}", uuid::Uuid::new_v4().simple());
+            let input = cell_input(&request, &session.owner, &marker)?;
             // Counted one session at a time (no two locks held): cells
             // starting at once may pass the bound by the few in between.
             let sessions: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
@@ -555,37 +603,54 @@ impl Connection {
                     super::MAX_CODEX_ID_BYTES
                 ));
             }
-            let mut cells = lock(&session.cells);
-            let cell_id = match cell_id {
-                Some(id) if cells.contains_key(&id) => {
-                    return Err(format!("exec cell {id} is already live in this session"))
-                }
-                Some(id) => id,
-                None => session
-                    .next_cell
-                    .fetch_add(1, Ordering::Relaxed)
-                    .to_string(),
-            };
-            let cell = Cell::new(cell_id.clone());
-            cells.insert(cell_id, cell.clone());
-            Ok((session.clone(), cell, input, pragma))
+            Ok((session, input, pragma, marker))
         })();
-        let (session, cell, input, pragma) = match started {
+        let (session, input, pragma, marker) = match started {
             Ok(started) => started,
             Err(message) => return self.send(error_response(id, &message)).await,
         };
-        if let Some(records) = &session.records {
-            let next = session.next_cell.load(Ordering::Relaxed);
-            let written = self
-                .runtime
-                .set_session_values(records, vec![("next".into(), Some(next.into()))])
-                .await;
-            if let Err(e) = written {
-                lock(&session.cells).remove(&cell.id);
-                let message = format!("cannot write the session's records: {e}");
-                return self.send(error_response(id, &message)).await;
+        // A number is taken, and (scoped) recorded, before the cell is seen.
+        let cell_id = match cell_id {
+            Some(cell_id) => cell_id,
+            None => {
+                let number = session.next_cell.fetch_add(1, Ordering::Relaxed);
+                if let Some(records) = &session.records {
+                    let written = self
+                        .runtime
+                        .set_session_values(
+                            records,
+                            vec![("next".into(), Some((number + 1).into()))],
+                        )
+                        .await;
+                    if let Err(e) = written {
+                        let message = format!("cannot write the session's records: {e}");
+                        return self.send(error_response(id, &message)).await;
+                    }
+                }
+                number.to_string()
             }
-        }
+        };
+        let admitted = {
+            let mut cells = lock(&session.cells);
+            if session.closing.load(Ordering::SeqCst) {
+                Err("code mode session is shutting down".to_string())
+            } else if cells.contains_key(&cell_id) {
+                Err(format!(
+                    "exec cell {cell_id} is already live in this session"
+                ))
+            } else {
+                // Its first observer is this call's: claimed before any
+                // wait can see the cell.
+                let cell = Cell::new(cell_id.clone(), marker);
+                lock(&cell.output).observed = true;
+                cells.insert(cell_id, cell.clone());
+                Ok(cell)
+            }
+        };
+        let cell = match admitted {
+            Ok(cell) => cell,
+            Err(message) => return self.send(error_response(id, &message)).await,
+        };
         self.send(HostMessage::Response {
             id,
             result: WireResult::Ok {
@@ -616,12 +681,13 @@ impl Connection {
             pragma.yield_time_ms.or(request.yield_time_ms),
             session.max_yield,
         );
-        let (response, ended) = observe(&cell, yield_for, &CancellationToken::new()).await;
+        let (response, ended) = observe(&cell, yield_for, &self.closed).await;
         self.send(HostMessage::InitialResponse {
             id,
             result: WireResult::Ok { value: response },
         })
         .await;
+        release(&cell);
         if ended {
             self.close_cell(&session, &cell.id).await;
         }
@@ -632,10 +698,10 @@ impl Connection {
         session_id: &str,
         request: WaitRequest,
         token: CancellationToken,
-    ) -> Result<(HostResponse, Closing), String> {
+    ) -> Result<(HostResponse, After), String> {
         let session = self.session(session_id)?;
         let Some(cell) = self.cell(&session, &request.cell_id).await else {
-            return Ok((missing(&request.cell_id), None));
+            return Ok((missing(&request.cell_id), After::default()));
         };
         {
             let mut output = lock(&cell.output);
@@ -652,12 +718,14 @@ impl Connection {
         let Some((response, ended)) = observed else {
             return Err("code-mode request cancelled".to_string());
         };
-        let closing = ended.then(|| (session.clone(), cell.id.clone()));
         Ok((
             HostResponse::WaitCompleted {
                 outcome: WaitOutcome::LiveCell(response),
             },
-            closing,
+            After {
+                close: ended.then(|| (session.clone(), cell.id.clone())),
+                release: Some(cell),
+            },
         ))
     }
 
@@ -665,16 +733,18 @@ impl Connection {
         self: &Arc<Self>,
         session_id: &str,
         cell_id: &str,
-    ) -> Result<(HostResponse, Closing), String> {
+    ) -> Result<(HostResponse, After), String> {
         let session = self.session(session_id)?;
         let Some(cell) = self.cell(&session, cell_id).await else {
-            return Ok((missing(cell_id), None));
+            return Ok((missing(cell_id), After::default()));
         };
         cell.terminate.cancel();
         let driver = lock(&cell.driven).take();
         if let Some(driver) = driver {
             let _ = driver.await;
         }
+        // An observer delivers the end first (and closes the cell).
+        observers_done(&cell).await;
         let (items, end) = {
             let mut output = lock(&cell.output);
             (std::mem::take(&mut output.items), output.end.clone())
@@ -694,7 +764,10 @@ impl Connection {
             HostResponse::WaitCompleted {
                 outcome: WaitOutcome::LiveCell(response),
             },
-            Some((session.clone(), cell.id.clone())),
+            After {
+                release: None,
+                close: Some((session.clone(), cell.id.clone())),
+            },
         ))
     }
 
@@ -711,7 +784,11 @@ impl Connection {
     /// Terminates a session's cells (each gets `cell/closed`) and drops
     /// what it stored.
     async fn end_session(&self, session: &Session) {
-        let cells: Vec<Arc<Cell>> = lock(&session.cells).drain().map(|(_, c)| c).collect();
+        let cells: Vec<Arc<Cell>> = {
+            let mut cells = lock(&session.cells);
+            session.closing.store(true, Ordering::SeqCst);
+            cells.drain().map(|(_, c)| c).collect()
+        };
         for cell in &cells {
             cell.terminate.cancel();
         }
@@ -720,6 +797,8 @@ impl Connection {
             if let Some(driver) = driver {
                 let _ = driver.await;
             }
+            // Its observer's response goes out before its `cell/closed`.
+            observers_done(&cell).await;
             self.send(HostMessage::CellClosed {
                 session_id: session.id.clone(),
                 cell_id: cell.id.clone(),
@@ -745,7 +824,11 @@ impl Connection {
     /// a cell still computing is terminated, as it has no snapshot to
     /// resume.
     async fn leave_session(&self, session: &Session) {
-        let cells: Vec<Arc<Cell>> = lock(&session.cells).drain().map(|(_, c)| c).collect();
+        let cells: Vec<Arc<Cell>> = {
+            let mut cells = lock(&session.cells);
+            session.closing.store(true, Ordering::SeqCst);
+            cells.drain().map(|(_, c)| c).collect()
+        };
         for cell in cells {
             let driver = lock(&cell.driven).take();
             let Some(driver) = driver else { continue };
@@ -775,6 +858,9 @@ impl Connection {
     /// a record names, resumed from its parked run: it goes on where the
     /// host that parked it stopped, without running its execute again.
     async fn cell(self: &Arc<Self>, session: &Arc<Session>, cell_id: &str) -> Option<Arc<Cell>> {
+        if cell_id.len() > super::MAX_CODEX_ID_BYTES {
+            return None;
+        }
         if let Some(cell) = lock(&session.cells).get(cell_id).cloned() {
             return Some(cell);
         }
@@ -791,7 +877,7 @@ impl Connection {
             if let Some(cell) = cells.get(cell_id) {
                 return Some(cell.clone());
             }
-            let cell = Cell::new(cell_id.to_string());
+            let cell = Cell::new(cell_id.to_string(), record.marker.clone());
             cells.insert(cell_id.to_string(), cell.clone());
             cell
         };
@@ -819,6 +905,7 @@ impl Connection {
 
     /// The client went away: every session ends.
     async fn close_all(&self) {
+        self.closed.cancel();
         let sessions: Vec<Arc<Session>> = lock(&self.sessions).drain().map(|(_, s)| s).collect();
         for session in sessions {
             if session.records.is_some() {
@@ -889,6 +976,7 @@ impl Connection {
                     run: waiting.run_id.clone(),
                     call: tool_call_id.clone(),
                     tools: tools.to_vec(),
+                    marker: cell.marker.clone(),
                 };
                 let written = self
                     .runtime
@@ -983,11 +1071,16 @@ impl Connection {
                 text: input.as_str().unwrap_or_default().to_string(),
             }
         } else {
-            let Some(definition) = tool
-                .strip_prefix(TOOL_PREFIX)
-                .and_then(|i| i.parse::<usize>().ok())
-                .and_then(|i| tools.get(i))
-            else {
+            let index = call
+                .input
+                .as_ref()
+                .and_then(|args| args.get("tool"))
+                .and_then(Value::as_u64);
+            let definition = (tool == CALL_TOOL)
+                .then_some(index)
+                .flatten()
+                .and_then(|i| tools.get(i as usize));
+            let Some(definition) = definition else {
                 return ClientToolResult::error(
                     call.id.clone(),
                     format!("unknown nested tool {tool}"),
@@ -1055,21 +1148,34 @@ impl Connection {
     }
 }
 
-/// The prefix of the client tools that carry a cell's nested tools
-/// (`__codex_tool_<index in enabled_tools>`).
-const TOOL_PREFIX: &str = "__codex_tool_";
+/// The client tool that carries every nested tool call of a cell
+/// (`{tool: <index in enabled_tools>, input}`).
+const CALL_TOOL: &str = "__codex_call";
+
+/// Most nested tools one cell may have.
+const MAX_NESTED_TOOLS: usize = 1024;
+
+/// Bytes the nested tools' descriptions may take in a cell's source (for
+/// `ALL_TOOLS`) in all: each is cut to its share, at most 4 KiB.
+const NESTED_DESCRIPTION_BYTES: usize = 96 * 1024;
 
 /// The `exec` input of a Codex cell: the profile in front of the source,
 /// its nested tools and `notify` as client tools.
-fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, String> {
-    // Two client tools carry `notify()` and the source's end.
-    let most = crate::client_tools::MAX_CLIENT_TOOLS - 2;
-    if request.enabled_tools.len() > most {
+fn cell_input(request: &ExecuteRequest, owner: &Owner, marker: &str) -> Result<ExecInput, String> {
+    if request.enabled_tools.len() > MAX_NESTED_TOOLS {
         return Err(format!(
-            "quickcell's code-mode host takes at most {most} nested tools per cell, got {}",
+            "quickcell's code-mode host takes at most {MAX_NESTED_TOOLS} nested tools per cell, got {}",
             request.enabled_tools.len()
         ));
     }
+    if request.source.len() > crate::MAX_SOURCE_BYTES {
+        return Err(format!(
+            "invalid code-mode execute request: source is over {} bytes",
+            crate::MAX_SOURCE_BYTES
+        ));
+    }
+    let share = (NESTED_DESCRIPTION_BYTES / request.enabled_tools.len().max(1))
+        .min(crate::client_tools::MAX_CLIENT_TOOL_DESCRIPTION_BYTES);
     let table: Vec<Value> = request
         .enabled_tools
         .iter()
@@ -1077,45 +1183,32 @@ fn cell_input(request: &ExecuteRequest, owner: &Owner) -> Result<ExecInput, Stri
         .map(|(i, tool)| {
             serde_json::json!({
                 "global": normalize_identifier(&tool.name),
-                "client": format!("{TOOL_PREFIX}{i}"),
-                "description": crate::output::safe_cut_utf8(
-                    &tool.description,
-                    crate::client_tools::MAX_CLIENT_TOOL_DESCRIPTION_BYTES,
-                ),
+                "index": i,
+                "description": crate::output::safe_cut_utf8(&tool.description, share),
             })
         })
         .collect();
-    let mut specs: Vec<ClientToolSpec> = request
-        .enabled_tools
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            ClientToolSpec::new(
-                format!("{TOOL_PREFIX}{i}"),
-                crate::output::safe_cut_utf8(
-                    &tool.description,
-                    crate::client_tools::MAX_CLIENT_TOOL_DESCRIPTION_BYTES,
-                ),
-                serde_json::json!({"type": "object"}),
-            )
-        })
-        .collect();
-    specs.push(ClientToolSpec::new(
-        NOTIFY_TOOL,
-        "Sends a notification to the Codex turn.",
-        serde_json::json!({"type": "object"}),
-    ));
-    specs.push(ClientToolSpec::new(
-        END_TOOL,
-        "Marks the end of the source.",
-        serde_json::json!({"type": "object"}),
-    ));
-    let profile = PROFILE_JS.replace(
-        "__CODEX_TABLE__",
-        &serde_json::to_string(&table).unwrap_or_else(|_| "[]".into()),
-    );
+    let object = serde_json::json!({"type": "object"});
+    let specs = vec![
+        ClientToolSpec::new(CALL_TOOL, "Calls a nested tool.", object.clone()),
+        ClientToolSpec::new(
+            NOTIFY_TOOL,
+            "Sends a notification to the Codex turn.",
+            object.clone(),
+        ),
+        ClientToolSpec::new(END_TOOL, "Marks the end of the source.", object),
+    ];
+    // JSON is JavaScript but for U+2028 and U+2029, which end a line in a
+    // script: escaped, they stay inside their strings.
+    let table = serde_json::to_string(&table)
+        .unwrap_or_else(|_| "[]".into())
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let marker = serde_json::to_string(marker).unwrap_or_default();
+    // The source runs in a function of its own, so that its declarations
+    // may shadow the profile's globals.
     let code = format!(
-        "{profile}\ntry {{\n{}\n}} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }} finally {{ __codexEnd(); }}\n",
+        "{PROFILE_JS}{table}, {marker});\nconst __codexMain = async () => {{\n{}\n}};\ntry {{ await __codexMain(); }} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }} finally {{ __codexEnd(); }}\n",
         request.source
     );
     Ok(
@@ -1230,14 +1323,17 @@ fn push_output(cell: &Cell, entries: &[Value]) {
         return;
     }
     let mut output = lock(&cell.output);
-    output.items.extend(entries.iter().map(content_item));
+    output
+        .items
+        .extend(entries.iter().map(|e| content_item(e, &cell.marker)));
     drop(output);
     cell.changed.notify_waiters();
 }
 
-/// An output entry as a content item: text as text, an `image()` as an
-/// image, other JSON as its compact text.
-fn content_item(entry: &Value) -> ContentItem {
+/// An output entry as a content item: text as text, what the profile's
+/// `image()` / `audio()` wrote (under the cell's `marker`) as an image or
+/// audio item, other JSON as its compact text.
+fn content_item(entry: &Value, marker: &str) -> ContentItem {
     if entry["type"] == "text" {
         if let Some(text) = entry["text"].as_str() {
             return ContentItem::InputText {
@@ -1246,11 +1342,28 @@ fn content_item(entry: &Value) -> ContentItem {
         }
     }
     let value = &entry["value"];
-    if let Some(url) = value["codex:image"]["image_url"].as_str() {
-        return ContentItem::InputImage {
-            image_url: url.to_string(),
-            detail: value["codex:image"]["detail"].as_str().map(str::to_string),
-        };
+    let media = &value[marker];
+    let data_url = |key: &str| media[key].as_str().filter(|u| u.starts_with("data:"));
+    match media["type"].as_str() {
+        Some("image") => {
+            let detail = media["detail"]
+                .as_str()
+                .filter(|d| ["auto", "low", "high", "original"].contains(d));
+            if let (Some(url), Some(detail)) = (data_url("image_url"), detail) {
+                return ContentItem::InputImage {
+                    image_url: url.to_string(),
+                    detail: Some(detail.to_string()),
+                };
+            }
+        }
+        Some("audio") => {
+            if let Some(url) = data_url("audio_url") {
+                return ContentItem::InputAudio {
+                    audio_url: url.to_string(),
+                };
+            }
+        }
+        _ => {}
     }
     ContentItem::InputText {
         text: value.to_string(),
@@ -1262,13 +1375,36 @@ fn finish(cell: &Cell, end: End) {
     cell.changed.notify_waiters();
 }
 
-/// The execute's first observation (no other observer can exist yet).
+/// Ends an observation once its response is queued: `terminate` and
+/// shutdown wait for it, so that their `cell/closed` comes after.
+fn release(cell: &Cell) {
+    lock(&cell.output).observed = false;
+    cell.changed.notify_waiters();
+}
+
+/// Waits until no observer holds the cell (at most 5 s: an observer only
+/// queues a response).
+async fn observers_done(cell: &Cell) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let changed = cell.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if !lock(&cell.output).observed {
+            return;
+        }
+        if tokio::time::timeout_at(until, changed).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The execute's first observation (the cell was made claimed).
 async fn observe(
     cell: &Cell,
     yield_for: Duration,
     cancel: &CancellationToken,
 ) -> (RuntimeResponse, bool) {
-    lock(&cell.output).observed = true;
     observe_claimed(cell, yield_for, cancel)
         .await
         .unwrap_or_else(|| {
@@ -1309,8 +1445,10 @@ async fn observe_claimed(
         }
     };
     let mut output = lock(&cell.output);
-    output.observed = false;
     if !outcome {
+        output.observed = false;
+        drop(output);
+        cell.changed.notify_waiters();
         return None;
     }
     output.yielded = false;

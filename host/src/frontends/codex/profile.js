@@ -1,8 +1,8 @@
 // The Codex guest profile: the globals Codex describes to its model
 // (codex-rs/code-mode-protocol/src/description.rs), built on quickcell's
-// own. The host puts this text, with `__CODEX_TABLE__` replaced by the
-// cell's tool table, in front of the cell's source.
-const { tools, ALL_TOOLS, image, notify, exit, __codexExit, setTimeout, clearTimeout, __codexEnd } = ((table) => {
+// own. The host puts this text in front of the cell's source, with the
+// cell's tool table and a marker of its own in the last line.
+const { tools, ALL_TOOLS, text, image, audio, generatedImage, notify, exit, __codexExit, setTimeout, clearTimeout, __codexEnd } = ((table, marker) => {
   const exitSignal = Object.freeze({ exit: true });
   // Codex's timers do not keep a cell alive: those still pending when the
   // source ends are cleared (quickcell's would hold the cell open).
@@ -26,12 +26,13 @@ const { tools, ALL_TOOLS, image, notify, exit, __codexExit, setTimeout, clearTim
   // Nested tool calls not settled yet: those nobody awaited when the
   // source ends are discarded, as in Codex.
   let inFlight = 0;
+  const dispatch = globalThis.__codex_call;
   for (const entry of table) {
-    const call = globalThis[entry.client];
+    const index = entry.index;
     toolObject[entry.global] = async (input) => {
       inFlight += 1;
       try {
-        return await call({ input: input === undefined ? null : input });
+        return await dispatch({ tool: index, input: input === undefined ? null : input });
       } catch (e) {
         // Codex rejects a failed tool call with its message, a string.
         throw e && typeof e.message === "string" ? e.message : e;
@@ -65,13 +66,40 @@ const { tools, ALL_TOOLS, image, notify, exit, __codexExit, setTimeout, clearTim
     if (!DETAILS.includes(chosen)) {
       throw new TypeError(`image detail must be one of ${DETAILS.join(", ")}`);
     }
-    json({ "codex:image": { image_url: url, detail: chosen } });
+    json({ [marker]: { type: "image", image_url: url, detail: chosen } });
   };
+  const audioOf = (item) => {
+    let url;
+    if (typeof item === "string") {
+      url = item;
+    } else if (item && typeof item === "object" && item.type === "audio" && typeof item.data === "string") {
+      url = `data:${item.mimeType};base64,${item.data}`;
+    } else if (item && typeof item === "object" && typeof item.audio_url === "string") {
+      url = item.audio_url;
+    } else {
+      throw new TypeError("audio expects a data: URL, {audio_url} or an MCP audio block");
+    }
+    if (!url.startsWith("data:")) {
+      throw new TypeError("audio expects a base64 data: URL; remote URLs are not supported");
+    }
+    json({ [marker]: { type: "audio", audio_url: url } });
+  };
+  const quickcellText = globalThis.text;
   const notifyClient = globalThis.__codex_notify;
   return {
     tools: Object.freeze(toolObject),
     ALL_TOOLS: Object.freeze(table.map((t) => Object.freeze({ name: t.global, description: t.description }))),
+    // Codex writes `undefined` as "undefined".
+    text: (value) => quickcellText(value === undefined ? "undefined" : value),
     image: imageOf,
+    audio: audioOf,
+    generatedImage: (result) => {
+      if (!result || typeof result !== "object" || typeof result.image_url !== "string") {
+        throw new TypeError("generatedImage expects {image_url, output_hint?}");
+      }
+      imageOf(result.image_url);
+      if (typeof result.output_hint === "string") quickcellText(result.output_hint);
+    },
     notify: (value) => {
       const text = stringify(value);
       if (text.trim() === "") throw new TypeError("notify expects non-empty text");
@@ -90,4 +118,4 @@ const { tools, ALL_TOOLS, image, notify, exit, __codexExit, setTimeout, clearTim
       if (inFlight > 0) endClient({ input: null });
     },
   };
-})(__CODEX_TABLE__);
+})(

@@ -256,6 +256,9 @@ pub(crate) enum ContentItem {
         #[serde(skip_serializing_if = "Option::is_none")]
         detail: Option<String>,
     },
+    InputAudio {
+        audio_url: String,
+    },
 }
 
 /// A reverse call.
