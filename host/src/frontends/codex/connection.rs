@@ -634,17 +634,20 @@ impl Connection {
             let mut cells = lock(&session.cells);
             if session.closing.load(Ordering::SeqCst) {
                 Err("code mode session is shutting down".to_string())
-            } else if cells.contains_key(&cell_id) {
-                Err(format!(
-                    "exec cell {cell_id} is already live in this session"
-                ))
             } else {
-                // Its first observer is this call's: claimed before any
-                // wait can see the cell.
-                let cell = Cell::new(cell_id.clone(), marker);
-                lock(&cell.output).observed = true;
-                cells.insert(cell_id, cell.clone());
-                Ok(cell)
+                match cells.entry(cell_id.clone()) {
+                    std::collections::hash_map::Entry::Occupied(_) => Err(format!(
+                        "exec cell {cell_id} is already live in this session"
+                    )),
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        // Its first observer is this call's: claimed before
+                        // any wait can see the cell.
+                        let cell = Cell::new(cell_id, marker);
+                        lock(&cell.output).observed = true;
+                        slot.insert(cell.clone());
+                        Ok(cell)
+                    }
+                }
             }
         };
         let cell = match admitted {

@@ -244,7 +244,8 @@ pub(crate) enum RuntimeResponse {
     },
 }
 
-/// An output item.
+/// An output item (the protocol names every kind `input_…`).
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum ContentItem {
