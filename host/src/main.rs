@@ -364,6 +364,10 @@ fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// How long the process waits, at its end, for blocking tasks still
+/// running.
+const RUNTIME_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The file name Codex runs its code-mode host by: quickcell installed (or
 /// linked) under it serves `codex-host`, as Codex starts it with no
 /// arguments.
@@ -422,7 +426,9 @@ fn main() -> ExitCode {
             }
         }
     };
-    drop(runtime);
+    // A blocking task still running (say, a write to a stdout nobody
+    // reads) may not hold the process past this.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_GRACE);
     // Outside the async runtime: the exporter's client is a blocking one.
     if let Some(export) = export {
         export.shutdown();

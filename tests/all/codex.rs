@@ -801,3 +801,53 @@ fn only_image_makes_images_and_descriptions_stay_strings() {
         "nothing injected: {items}"
     );
 }
+
+/// A client that sends requests but never reads: the host's queue fills,
+/// and after the write stall the host closes the connection and exits
+/// rather than waiting forever.
+#[test]
+fn a_client_that_stops_reading_is_let_go() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .arg("codex-host")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    // Written from a thread of its own: once the host lets the client go,
+    // the writes fail. Stdin stays open: only the stall ends the
+    // connection.
+    std::thread::spawn(move || {
+        let mut stdin = stdin;
+        let mut frame = |message: Value| -> std::io::Result<()> {
+            let payload = message.to_string();
+            stdin.write_all(&(payload.len() as u32).to_le_bytes())?;
+            stdin.write_all(payload.as_bytes())
+        };
+        frame(hello(&[1], &[], &[]))?;
+        // Big error replies (each names the unknown field) fill the pipe
+        // and the host's queue: nobody reads stdout.
+        let field = "f".repeat(60_000);
+        for id in 1..400 {
+            let mut open = request(
+                id,
+                json!({"method": "session/open", "sessionId": format!("s{id}")}),
+            );
+            open["request"][field.as_str()] = json!(1);
+            frame(open)?;
+        }
+        std::thread::sleep(Duration::from_secs(120));
+        std::io::Result::Ok(())
+    });
+    let until = Instant::now() + Duration::from_secs(100);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < until, "the host let the stalled client go");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -31,6 +31,10 @@ const END_TOOL: &str = "__codex_end";
 /// holds its cells, not the host's memory.
 const OUTGOING_FRAMES: usize = 128;
 
+/// How long a frame may wait for room in a full queue before the client
+/// is taken for gone.
+const WRITE_STALL: Duration = Duration::from_secs(10);
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -74,7 +78,11 @@ pub(crate) async fn serve(
     let result = read.await;
     connection.close_all().await;
     drop(connection);
-    let written = writing.await.unwrap_or(Ok(()));
+    // Frames still queued go out, unless the client stopped reading.
+    let written = match tokio::time::timeout(WRITE_STALL, writing).await {
+        Ok(joined) => joined.unwrap_or(Ok(())),
+        Err(_) => Ok(()),
+    };
     result.and(written)
 }
 
@@ -255,8 +263,22 @@ impl Cell {
 }
 
 impl Connection {
+    /// Queues a frame for the client. A client that has not taken a frame
+    /// for [`WRITE_STALL`] while the queue is full is gone: the connection
+    /// closes (as the reference host does), and nothing waits on it.
     async fn send(&self, message: HostMessage) {
-        let _ = self.out.send(message).await;
+        if self.closed.is_cancelled() {
+            return;
+        }
+        match tokio::time::timeout(WRITE_STALL, self.out.send(message)).await {
+            Ok(_) => {}
+            Err(_) => {
+                tracing::warn!(
+                    "the Codex client has not read for {WRITE_STALL:?}; closing the connection"
+                );
+                self.closed.cancel();
+            }
+        }
     }
 
     /// Answers the client's hello; whether the connection goes on.
@@ -341,7 +363,11 @@ impl Connection {
         reader: &mut (impl AsyncRead + Unpin),
     ) -> std::io::Result<()> {
         loop {
-            let payload = match read_frame(reader).await? {
+            let frame = tokio::select! {
+                frame = read_frame(reader) => frame?,
+                () = self.closed.cancelled() => return Ok(()),
+            };
+            let payload = match frame {
                 Frame::End => return Ok(()),
                 Frame::TooLarge(n) => {
                     tracing::warn!(bytes = n, "a Codex client frame over the limit was skipped");
