@@ -8,9 +8,16 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[path = "cli/codex_host.rs"]
+mod codex_host;
 #[path = "cli/signals.rs"]
 mod signals;
+#[path = "cli/telemetry.rs"]
+mod telemetry;
+
+use codex_host::{codex_host, CodexHostArgs};
 use signals::{shut_down_on_signal, termination_signal, CLOSE_GRACE, STDIO_RESPONSE_GRACE};
+use telemetry::{install_subscriber, start_otlp_export};
 
 /// Runs model-written JavaScript cells in QuickJS on Wasmtime.
 #[derive(Parser)]
@@ -266,21 +273,6 @@ struct RunArgs {
     state: StateArgs,
 }
 
-#[derive(Args)]
-struct CodexHostArgs {
-    /// Keep sessions in the state store under this name: a host started
-    /// again with the same scope answers `session/wait` for the cells of a
-    /// session opened again under its id, and cells waiting on Codex stay
-    /// parked when it closes stdin. Without it, sessions end with the
-    /// connection.
-    #[arg(long, value_name = "NAME")]
-    scope: Option<String>,
-    #[command(flatten)]
-    catalog: CatalogArgs,
-    #[command(flatten)]
-    state: StateArgs,
-}
-
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ServeModeArg {
     Code,
@@ -434,62 +426,6 @@ fn main() -> ExitCode {
         export.shutdown();
     }
     code
-}
-
-/// Prints log events and closed spans to stderr under `RUST_LOG` (default
-/// `warn`), and sends quickcell's spans (`info`) to the OTLP export when
-/// there is one.
-fn install_subscriber(export: Option<&quickcell::otlp::OtlpExport>) {
-    use tracing_subscriber::layer::SubscriberExt as _;
-    use tracing_subscriber::util::SubscriberInitExt as _;
-    use tracing_subscriber::Layer as _;
-    let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        // Each span (exec, wait, tool_call, checkpoint, restore) is printed
-        // once, when it closes, with its fields and its time.
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        );
-    let otlp = export.map(|export| {
-        export.layer().with_filter(
-            tracing_subscriber::filter::Targets::new()
-                .with_target("quickcell", tracing::Level::INFO),
-        )
-    });
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(otlp)
-        .try_init();
-}
-
-/// The OTLP span export that `[telemetry] otlp_endpoint` in the command's
-/// `--config`, or else the `OTEL_EXPORTER_OTLP_*` variables, ask for.
-/// (A config file that does not load is reported by the command itself.)
-fn start_otlp_export(command: &Command) -> Result<Option<quickcell::otlp::OtlpExport>, String> {
-    let catalog = match command {
-        Command::Exec(a) => Some(&a.catalog),
-        Command::Wait(a) => Some(&a.catalog),
-        Command::Cancel(a) => Some(&a.catalog),
-        Command::Run(a) => Some(&a.catalog),
-        Command::Serve(a) => Some(&a.catalog),
-        Command::CodexHost(a) => Some(&a.catalog),
-        Command::Search(a) => Some(&a.catalog),
-        Command::Tools(a) => Some(a),
-        Command::Usage(_) | Command::Init(_) | Command::Completions(_) | Command::Man => None,
-    };
-    let telemetry = catalog
-        .and_then(|c| c.config.as_ref())
-        .and_then(|path| Config::load(path).ok())
-        .map(|config| config.telemetry)
-        .unwrap_or_default();
-    let Some(url) = telemetry.traces_url() else {
-        return Ok(None);
-    };
-    quickcell::otlp::OtlpExport::start(&url)
-        .map(Some)
-        .map_err(|e| e.to_string())
 }
 
 /// Loads the config and the tool registry named by the arguments.
@@ -943,42 +879,6 @@ fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String
         auth_token,
         ..HttpOptions::default()
     })
-}
-
-/// `quickcell codex-host`: the Codex code-mode host protocol on stdio,
-/// until Codex closes stdin or a SIGTERM/SIGINT (which parks or ends the
-/// cells in progress, as `serve` does).
-async fn codex_host(args: CodexHostArgs) -> ExitCode {
-    let runtime = match build_runtime(&args.catalog, &args.state).await {
-        Ok(r) => std::sync::Arc::new(r),
-        Err(code) => return code,
-    };
-    let options = match args.scope {
-        Some(scope) => quickcell::CodexOptions::default().with_scope(scope),
-        None => quickcell::CodexOptions::default(),
-    };
-    let served = quickcell::serve_codex(
-        runtime.clone(),
-        options,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-    );
-    let result = tokio::select! {
-        served = served => served,
-        () = termination_signal() => {
-            let drain_ms = runtime.host_limits().drain_timeout_ms();
-            runtime.shutdown(std::time::Duration::from_millis(drain_ms)).await;
-            Ok(())
-        }
-    };
-    runtime.flush_usage().await;
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("quickcell: the Codex connection failed: {e}");
-            ExitCode::from(1)
-        }
-    }
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {

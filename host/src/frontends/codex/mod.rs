@@ -5,7 +5,7 @@
 //! version 1 and runs each cell as a quickcell cell, under the **Codex
 //! guest profile**: the globals Codex tells its model about (`tools.<name>`,
 //! `ALL_TOOLS`, `text`, `image`, `store`/`load`, `notify`, `exit`,
-//! `yield_control`), put in front of the cell's source (`profile.js`) and
+//! `yield_control`), put in front of the cell's source (`connection/profile.js`) and
 //! built on the same bridge as quickcell's own.
 //!
 //! - [`frame`]: a `u32` little-endian length and UTF-8 JSON, at most
