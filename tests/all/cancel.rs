@@ -483,17 +483,7 @@ async fn closing_a_session_cancels_its_cells_and_releases_what_it_holds() {
 async fn cancelling_a_run_being_resumed_ends_the_wait() {
     let (dir, pid_file) = scratch("cancel-resuming");
     let rt = Arc::new(napping_runtime_with(&pid_file, 60_000).await);
-    let r = rt
-        .exec(ExecInput::new(
-            "park",
-            "await yield_control(); return await pid_nap({})",
-        ))
-        .await;
-    let id = waiting(&r).run_id.clone();
-    let resuming = tokio::spawn({
-        let (rt, id) = (rt.clone(), id.clone());
-        async move { rt.wait(WaitInput::new(id)).await }
-    });
+    let (id, resuming) = park_then_resume(&rt).await;
     let pid = napping_pid(&pid_file).await;
     let r = rt.cancel(&id, &Owner::default()).await;
     assert_eq!(failed(&r).code, ErrorCode::Aborted);
@@ -585,17 +575,7 @@ async fn two_napping_hosts(
 async fn a_cancel_on_another_host_ends_the_wait_resuming_the_run() {
     let (dir, pid_file) = scratch("cancel-remote-wait");
     let (a, b) = two_napping_hosts(&dir, &pid_file, 60_000).await;
-    let r = a
-        .exec(ExecInput::new(
-            "park",
-            "await yield_control(); return await pid_nap({})",
-        ))
-        .await;
-    let id = waiting(&r).run_id.clone();
-    let resuming = tokio::spawn({
-        let (a, id) = (a.clone(), id.clone());
-        async move { a.wait(WaitInput::new(id)).await }
-    });
+    let (id, resuming) = park_then_resume(&a).await;
     let pid = napping_pid(&pid_file).await;
     let cancelled = Instant::now();
     let r = b.cancel(&id, &Owner::default()).await;
@@ -623,17 +603,7 @@ async fn a_cancel_on_another_host_ends_the_wait_resuming_the_run() {
     }
     // A cancel of another session's run is refused and records nothing.
     std::fs::remove_file(&pid_file).unwrap();
-    let r = a
-        .exec(ExecInput::new(
-            "park",
-            "await yield_control(); return await pid_nap({})",
-        ))
-        .await;
-    let id = waiting(&r).run_id.clone();
-    let resuming = tokio::spawn({
-        let (a, id) = (a.clone(), id.clone());
-        async move { a.wait(WaitInput::new(id)).await }
-    });
+    let (id, resuming) = park_then_resume(&a).await;
     napping_pid(&pid_file).await;
     let stranger = Owner {
         session: "stranger".into(),
@@ -676,4 +646,22 @@ async fn a_cancel_on_another_host_kills_the_tool_calls_its_parking_host_drains()
     let r = a.wait(WaitInput::new(id)).await;
     assert_eq!(failed(&r).error, "code mode run is unavailable or expired.");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Parks a cell on `rt` at `yield_control()` and starts the `wait` that
+/// resumes it there and runs `pid_nap` (its result, when it ends): the
+/// run id and that `wait`.
+async fn park_then_resume(rt: &Arc<Runtime>) -> (String, tokio::task::JoinHandle<CellResult>) {
+    let r = rt
+        .exec(ExecInput::new(
+            "park",
+            "await yield_control(); return await pid_nap({})",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    let resuming = tokio::spawn({
+        let (rt, id) = (rt.clone(), id.clone());
+        async move { rt.wait(WaitInput::new(id)).await }
+    });
+    (id, resuming)
 }
