@@ -204,6 +204,22 @@ impl RunStore for MemoryStateStore {
         Ok(())
     }
 
+    async fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> StoreResult<bool> {
+        let mut runs = self.runs();
+        match runs.get_mut(run_id) {
+            Some(entry) if entry.claimed_until_ms.is_none() && entry.run.owner == *owner => {
+                entry.run.expires_at_ms = entry.run.expires_at_ms.max(expires_at_ms);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
         let mut runs = self.runs();
         if runs.get(run_id).is_some_and(|e| e.lease == lease) {
@@ -281,6 +297,14 @@ impl SessionStore for MemoryStateStore {
         Ok(lock(&self.session_store)
             .get(&(session.to_string(), key.to_string()))
             .cloned())
+    }
+
+    async fn store_entries(&self, session: &str) -> StoreResult<Vec<(String, String)>> {
+        Ok(lock(&self.session_store)
+            .iter()
+            .filter(|((s, _), _)| s == session)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
     }
 
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {

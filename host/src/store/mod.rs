@@ -247,6 +247,14 @@ pub trait RunStore: Send + Sync {
     async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()>;
     /// Removes a run and its settlements.
     async fn remove(&self, run_id: &str) -> StoreResult<()>;
+    /// Moves the expiry of a run that is `parked` and belongs to `owner`
+    /// out to `expires_at_ms` (never earlier); returns whether it did.
+    async fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> StoreResult<bool>;
     /// Removes a run claimed under `lease` (its `wait` finished it), unless
     /// a later claim exists; returns whether it did.
     async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool>;
@@ -302,6 +310,10 @@ pub struct RunCounts {
 pub trait SessionStore: Send + Sync {
     /// A committed value (compact JSON).
     async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>>;
+    /// Every committed value of a session, by key, in no order. Cells
+    /// bound a session to the session store's caps; front ends that write
+    /// with [`crate::Runtime::set_session_values`] bound what they write.
+    async fn store_entries(&self, session: &str) -> StoreResult<Vec<(String, String)>>;
     /// Sum of the committed value sizes of a session, in bytes.
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize>;
     /// Commits a cell's buffered writes (`None` deletes) in one atomic step.

@@ -209,7 +209,7 @@ fn to_i64(v: u64) -> i64 {
 impl Db {
     fn park(&self, run: &ParkedRun) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         match run.lease {
             Some(lease) => {
                 let updated = tx.execute(
@@ -362,7 +362,7 @@ impl Db {
 
     fn release(&self, run_id: &str, lease: u64) -> anyhow::Result<bool> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let removed = tx.execute(
             "DELETE FROM runs WHERE run_id = ?1 AND lease = ?2",
             params![run_id, to_i64(lease)],
@@ -376,11 +376,30 @@ impl Db {
 
     fn remove(&self, run_id: &str) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
         tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
         tx.commit()?;
         Ok(())
+    }
+
+    fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> anyhow::Result<bool> {
+        let changed = self.conn().execute(
+            "UPDATE runs SET expires_at_ms = MAX(expires_at_ms, ?4)
+             WHERE run_id = ?1 AND agent_run = ?2 AND session = ?3 AND state = 'parked'",
+            params![
+                run_id,
+                owner.agent_run,
+                owner.session,
+                to_i64(expires_at_ms)
+            ],
+        )?;
+        Ok(changed > 0)
     }
 
     fn remove_session_runs(&self, session: &str) -> anyhow::Result<Vec<String>> {
@@ -459,7 +478,7 @@ impl Db {
 
     fn purge_expired(&self, now_ms: u64) -> anyhow::Result<Vec<String>> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = to_i64(now_ms);
         let ids = {
             let mut stmt = tx.prepare(
@@ -484,7 +503,7 @@ impl Db {
 
     fn record_cancels(&self, run_ids: &[String], expires_at_ms: u64) -> anyhow::Result<()> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for id in run_ids {
             tx.execute(
                 "INSERT OR IGNORE INTO run_cancels (run_id, expires_at_ms) VALUES (?1, ?2)",
@@ -515,6 +534,13 @@ impl Db {
                 |r| r.get(0),
             )
             .optional()?)
+    }
+
+    fn store_entries(&self, session: &str) -> anyhow::Result<Vec<(String, String)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT key, value FROM session_store WHERE session = ?1")?;
+        let rows = stmt.query_map(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<Vec<(String, String)>, _>>()?)
     }
 
     fn store_total_bytes(&self, session: &str) -> anyhow::Result<usize> {
@@ -824,6 +850,17 @@ impl RunStore for SqliteStateStore {
         self.blocking(move |db| db.remove(&run_id)).await
     }
 
+    async fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> StoreResult<bool> {
+        let (run_id, owner) = (run_id.to_owned(), owner.clone());
+        self.blocking(move |db| db.extend_parked(&run_id, &owner, expires_at_ms))
+            .await
+    }
+
     async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
         let session = session.to_owned();
         self.blocking(move |db| db.remove_session_runs(&session))
@@ -878,6 +915,11 @@ impl SessionStore for SqliteStateStore {
     async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
         let (session, key) = (session.to_owned(), key.to_owned());
         self.blocking(move |db| db.store_get(&session, &key)).await
+    }
+
+    async fn store_entries(&self, session: &str) -> StoreResult<Vec<(String, String)>> {
+        let session = session.to_owned();
+        self.blocking(move |db| db.store_entries(&session)).await
     }
 
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {

@@ -228,6 +228,64 @@ fn usage(session: &str, at_ms: u64, fuel: u64) -> UsageRecord {
 }
 
 #[tokio::test]
+async fn a_parked_run_s_expiry_moves_out_for_its_owner_only() {
+    for store in stores().await {
+        store.park(parked("r1", 1_000)).await.unwrap();
+        let run_owner = parked("r1", 0).owner;
+        // Another owner, an unknown run: nothing moves.
+        assert!(!store
+            .extend_parked("r1", &owner("x", "y"), 50_000)
+            .await
+            .unwrap());
+        assert!(!store.extend_parked("r9", &run_owner, 50_000).await.unwrap());
+        assert!(store.extend_parked("r1", &run_owner, 50_000).await.unwrap());
+        // Never earlier.
+        assert!(store.extend_parked("r1", &run_owner, 2_000).await.unwrap());
+        assert_eq!(
+            store.purge_expired(40_000).await.unwrap(),
+            Vec::<String>::new()
+        );
+        // A run being resumed is its `wait`'s to park again.
+        store
+            .claim("r1", &run_owner, 41_000, 42_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!store.extend_parked("r1", &run_owner, 90_000).await.unwrap());
+        assert_eq!(store.purge_expired(60_000).await.unwrap(), ["r1"]);
+    }
+}
+
+#[tokio::test]
+async fn a_session_s_entries_are_its_committed_values_only() {
+    for store in stores().await {
+        assert_eq!(store.store_entries("s").await.unwrap(), []);
+        let write = |k: &str, v: Option<&str>| (k.to_string(), v.map(str::to_string));
+        store
+            .store_commit("s", vec![write("b", Some("2")), write("a", Some("\"é\""))])
+            .await
+            .unwrap();
+        store
+            .store_commit("s2", vec![write("a", Some("3"))])
+            .await
+            .unwrap();
+        store
+            .store_commit("s", vec![write("b", None), write("c", Some("[1]"))])
+            .await
+            .unwrap();
+        let mut entries = store.store_entries("s").await.unwrap();
+        entries.sort();
+        assert_eq!(
+            entries,
+            [
+                ("a".to_string(), "\"é\"".to_string()),
+                ("c".to_string(), "[1]".to_string())
+            ]
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_ledger_sums_and_lists_what_a_filter_selects() {
     for store in stores().await {
         store.usage_record(usage("s", 100, 5)).await.unwrap();

@@ -12,6 +12,20 @@ impl SessionStore for PostgresStateStore {
         .await
     }
 
+    async fn store_entries(&self, session: &str) -> StoreResult<Vec<(String, String)>> {
+        let work = async {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT key, value FROM session_store WHERE session = $1",
+                    &[&session],
+                )
+                .await?;
+            anyhow::Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        };
+        Ok(work.await?)
+    }
+
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
         self.count(
             "SELECT COALESCE(SUM(octet_length(value)), 0)::BIGINT FROM session_store WHERE session = $1",

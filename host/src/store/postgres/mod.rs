@@ -622,6 +622,27 @@ impl RunStore for PostgresStateStore {
         Ok(work.await?)
     }
 
+    async fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> StoreResult<bool> {
+        let changed = self
+            .execute(
+                "UPDATE runs SET expires_at_ms = GREATEST(expires_at_ms, $4)
+                 WHERE run_id = $1 AND agent_run = $2 AND session = $3 AND state = 'parked'",
+                &[
+                    &run_id,
+                    &owner.agent_run,
+                    &owner.session,
+                    &to_i64(expires_at_ms),
+                ],
+            )
+            .await?;
+        Ok(changed > 0)
+    }
+
     async fn remove_session_runs(&self, session: &str) -> StoreResult<Vec<String>> {
         let work = async {
             let mut client = self.client().await?;
