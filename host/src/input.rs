@@ -19,6 +19,10 @@ use quickcell_catalog::Policy;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+/// The lowest memory limit a cell runs under, in bytes (1 MiB, the floor
+/// of [`crate::Limits::memory_limit_bytes`] too).
+pub const MIN_CELL_MEMORY_LIMIT_BYTES: u64 = 1 << 20;
+
 /// Most characters (Unicode code points) a title may have.
 pub const MAX_TITLE_CHARS: usize = 120;
 
@@ -38,6 +42,9 @@ pub struct ExecInput {
     pub owner: Owner,
     /// Tools the caller runs itself, for this cell (operations.md §3.5).
     pub client_tools: Vec<ClientToolSpec>,
+    /// This cell's memory limit, in bytes, when lower than the runtime's
+    /// ([`ExecInput::with_memory_limit`]; `None`: the runtime's).
+    pub memory_limit_bytes: Option<u64>,
     /// How the caller controls the call (`with_cancel`, `with_progress`,
     /// `with_approver`, `with_policy`).
     controls: CallControls,
@@ -53,8 +60,27 @@ impl ExecInput {
             await_results: false,
             owner: Owner::default(),
             client_tools: Vec::new(),
+            memory_limit_bytes: None,
             controls: CallControls::default(),
         }
+    }
+
+    /// Lowers this cell's memory limit (bytes of JavaScript heap, for the
+    /// cell's whole life, parks included) below the runtime's
+    /// [`crate::Limits::memory_limit_bytes`]; it never raises it. Values
+    /// under [`MIN_CELL_MEMORY_LIMIT_BYTES`] count as that. A cell over
+    /// its limit fails with `memory_limit_exceeded`, as over the
+    /// runtime's.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// The memory limit this cell runs under, given the runtime's.
+    pub(crate) fn memory_limit_within(&self, runtime_limit: u64) -> u64 {
+        self.memory_limit_bytes.map_or(runtime_limit, |bytes| {
+            bytes.max(MIN_CELL_MEMORY_LIMIT_BYTES).min(runtime_limit)
+        })
     }
 
     /// Declares tools the caller runs itself, for this cell (operations.md
@@ -106,6 +132,7 @@ impl ExecInput {
             await_results,
             owner: Owner::default(),
             client_tools,
+            memory_limit_bytes: None,
             controls: CallControls::default(),
         };
         input.validate()?;
@@ -218,7 +245,19 @@ pub(crate) struct CallControls {
     pub approver: ApproverSlot,
     /// The caller's policy, within the runtime's.
     pub policy: Option<Policy>,
+    /// A `wait` for a run of another owner is refused as for no run at
+    /// all (MCP 2026-07-28: a run id names nothing to another principal).
+    pub conceal_owners: bool,
+    /// The caller's W3C trace context (`traceparent`, `tracestate`): the
+    /// call's span is its child (OTLP export).
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub trace_context: Option<(String, Option<String>)>,
 }
+
+/// Most bytes of a `traceparent` or `tracestate` a caller may hand over
+/// (W3C: 55 and 512); longer ones are ignored.
+#[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+pub(crate) const MAX_TRACE_CONTEXT_BYTES: usize = 512;
 
 /// The control methods `ExecInput` and `WaitInput` share.
 macro_rules! call_controls {

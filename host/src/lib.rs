@@ -85,9 +85,9 @@ pub use client_tools::{
     MAX_PENDING_CLIENT_INPUT_BYTES, MAX_TOOL_RESULTS, MAX_TOOL_RESULT_ERROR_BYTES,
 };
 pub use config::{
-    check_state_url, Config, Fuel, HostLimits, HttpLimits, Limits, Quotas, TelemetryConfig,
-    ToolSearchConfig, ToolSearchMode, DEFAULT_FUEL, MAX_OTLP_ENDPOINT_BYTES, MAX_STATE_URL_BYTES,
-    MAX_SUSPENDED_RUNS,
+    check_state_url, Config, Fuel, HostLimits, HttpLimits, Limits, McpOptions, Quotas,
+    TelemetryConfig, ToolSearchConfig, ToolSearchMode, DEFAULT_FUEL, MAX_OTLP_ENDPOINT_BYTES,
+    MAX_STATE_URL_BYTES, MAX_SUSPENDED_RUNS, MAX_TASK_TTL_MS, MAX_TOOLS_TTL_MS,
 };
 pub use engine::{module_cache_dir, GuestOrigin};
 
@@ -108,8 +108,12 @@ pub use frontends::codex::{
     serve_codex, CodexOptions, CODEX_PROTOCOL_VERSION, MAX_CODEX_FRAME_BYTES,
 };
 #[cfg(feature = "mcp-server")]
-pub use frontends::mcp::{HttpOptions, ServeMode};
-pub use input::{title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS};
+pub use frontends::mcp::{
+    HttpOptions, ServeMode, DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, MAX_PRINCIPALS, MAX_TASKS_PER_SCOPE,
+};
+pub use input::{
+    title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS, MIN_CELL_MEMORY_LIMIT_BYTES,
+};
 pub use progress::{Progress, MAX_PROGRESS_TOOL_NAME_BYTES};
 pub use registry::{ToolRegistry, COMMAND_TOOLS_SOURCE};
 pub use result::{

@@ -867,18 +867,21 @@ fn http_options(args: &ServeArgs, config: &Config) -> Result<HttpOptions, String
         .auth_token_file
         .clone()
         .or_else(|| config.http.auth_token_file().map(Path::to_path_buf));
-    let auth_token = match file {
-        Some(file) => Some(HttpOptions::token_from_file(&file)?),
-        None => std::env::var("QUICKCELL_AUTH_TOKEN")
-            .ok()
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty()),
-    };
-    Ok(HttpOptions {
+    let options = HttpOptions {
         limits: config.http.clone(),
-        auth_token,
+        mcp: config.mcp.clone(),
         ..HttpOptions::default()
-    })
+    };
+    match file {
+        Some(file) => options.with_token_file(&file),
+        None => Ok(HttpOptions {
+            auth_token: std::env::var("QUICKCELL_AUTH_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+            ..options
+        }),
+    }
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {
@@ -890,6 +893,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         Ok(options) => options.unwrap_or_default(),
         Err(e) => return usage_error(e),
     };
+    let mcp_options = config.mcp.clone();
     // Refused before the runtime is built (it compiles the guest and
     // connects to MCP servers).
     if let Some(refusal) = args.http.and_then(|addr| options.refusal(addr)) {
@@ -923,11 +927,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
             };
             tokio::spawn(runtime.clone().serve_mcp_http(addr, mode, options))
         }
-        None => tokio::spawn(
-            runtime
-                .clone()
-                .serve_mcp_stdio_until(mode, stop_serving.clone()),
-        ),
+        None => tokio::spawn(runtime.clone().serve_mcp_stdio_with(
+            mode,
+            mcp_options,
+            stop_serving.clone(),
+        )),
     };
     let served = tokio::select! {
         served = &mut server => served,

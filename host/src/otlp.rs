@@ -84,3 +84,25 @@ impl OtlpExport {
         }
     }
 }
+
+/// Makes `span` a child of the W3C trace context `traceparent` (with its
+/// `tracestate`): an MCP request's `_meta` carries them. A malformed or
+/// over-long value is ignored.
+pub(crate) fn set_remote_parent(span: &tracing::Span, traceparent: &str, tracestate: Option<&str>) {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let max = crate::input::MAX_TRACE_CONTEXT_BYTES;
+    if traceparent.len() > max || tracestate.is_some_and(|s| s.len() > max) {
+        return;
+    }
+    let mut carrier = std::collections::HashMap::new();
+    carrier.insert("traceparent".to_string(), traceparent.to_string());
+    if let Some(state) = tracestate {
+        carrier.insert("tracestate".to_string(), state.to_string());
+    }
+    let context = opentelemetry_sdk::propagation::TraceContextPropagator::new().extract(&carrier);
+    if context.span().span_context().is_valid() {
+        let _ = span.set_parent(context);
+    }
+}

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tracing::Instrument as _;
 
+mod sessions;
 mod shutdown;
 pub use shutdown::Shutdown;
 
@@ -331,6 +332,17 @@ fn open_state_dir(dir: &std::path::Path) -> Result<Arc<dyn StateStore>, Error> {
 /// The span of one `exec` or `wait` call (operations.md §4.4): its fields
 /// are filled in when the call ends ([`record_call`]). The outer `exec`
 /// span carries `toolKind` and `toolInputKind` (contract §1).
+/// Makes `span` a child of the caller's trace context, when it gave one
+/// (and the OTLP export is built in).
+fn parent_on_caller(span: &tracing::Span, controls: &crate::input::CallControls) {
+    #[cfg(feature = "otlp")]
+    if let Some((traceparent, tracestate)) = &controls.trace_context {
+        crate::otlp::set_remote_parent(span, traceparent, tracestate.as_deref());
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _ = (span, controls);
+}
+
 fn call_span(kind: &'static str, session: &str) -> tracing::Span {
     use tracing::field::Empty;
     match kind {
@@ -531,6 +543,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry, &stats, admission.allowance);
         let span = call_span("exec", &input.owner.session);
+        parent_on_caller(&span, input.controls());
         let result = self
             .admitted(&input.owner.session, |session| {
                 cell::exec(&env, &input, session)
@@ -592,6 +605,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         let telemetry = || self.telemetry();
         let env = self.env(&telemetry, &stats, allowance);
         let span = call_span("wait", &input.owner.session);
+        parent_on_caller(&span, input.controls());
         span.record("run_id", input.run_id.as_str());
         let result = self
             .admitted(&input.owner.session, |session| {
@@ -844,51 +858,6 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
             Ok(input) => self.wait(control(input.with_owner(owner))).await,
             Err(message) => self.with_outage(cell::input_failure(message, self.telemetry())),
         }
-    }
-
-    /// A value of `session` in the session store: what a cell of that
-    /// session gets from `load(key)` (`None` when there is none). For front
-    /// ends that keep their own records beside their cells' values.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::StateStore`] when the store cannot be read or the value is
-    /// not JSON.
-    pub async fn session_value(
-        &self,
-        session: &str,
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, Error> {
-        let text = self
-            .store
-            .store_get(session, key)
-            .await
-            .map_err(|e| Error::state_store("cannot read a session value", e.into()))?;
-        text.map(|t| serde_json::from_str(&t))
-            .transpose()
-            .map_err(|e| Error::state_store("a session value is unreadable", e.into()))
-    }
-
-    /// Writes (`Some`) and deletes (`None`) values of `session`, at once.
-    /// Unlike a cell's `store`, this is not bounded by the session store's
-    /// caps: the caller bounds what it writes.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::StateStore`] when the store cannot be written; nothing is.
-    pub async fn set_session_values(
-        &self,
-        session: &str,
-        writes: Vec<(String, Option<serde_json::Value>)>,
-    ) -> Result<(), Error> {
-        let writes = writes
-            .into_iter()
-            .map(|(key, value)| (key, value.map(|v| v.to_string())))
-            .collect();
-        self.store
-            .store_commit(session, writes)
-            .await
-            .map_err(|e| Error::state_store("cannot write session values", e.into()))
     }
 
     /// Resumes a parked cell from raw `wait` arguments (`{"runId":..}`).

@@ -81,6 +81,14 @@ impl RunStore for Counting {
     async fn remove(&self, run_id: &str) -> StoreResult<()> {
         self.inner.remove(run_id).await
     }
+    async fn extend_parked(
+        &self,
+        run_id: &str,
+        owner: &Owner,
+        expires_at_ms: u64,
+    ) -> StoreResult<bool> {
+        self.inner.extend_parked(run_id, owner, expires_at_ms).await
+    }
     async fn release(&self, run_id: &str, lease: u64) -> StoreResult<bool> {
         self.inner.release(run_id, lease).await
     }
@@ -142,6 +150,9 @@ impl HostStore for Counting {
 impl SessionStore for Counting {
     async fn store_get(&self, session: &str, key: &str) -> StoreResult<Option<String>> {
         self.inner.store_get(session, key).await
+    }
+    async fn store_entries(&self, session: &str) -> StoreResult<Vec<(String, String)>> {
+        self.inner.store_entries(session).await
     }
     async fn store_total_bytes(&self, session: &str) -> StoreResult<usize> {
         self.inner.store_total_bytes(session).await

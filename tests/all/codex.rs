@@ -14,6 +14,9 @@ struct Host {
     child: Child,
     stdin: Option<ChildStdin>,
     frames: mpsc::Receiver<Value>,
+    /// Whether runtime responses carry `code_mode_host_duration_ns`
+    /// (checked, then taken out, by [`Host::recv`]).
+    durations: bool,
 }
 
 impl Host {
@@ -23,8 +26,14 @@ impl Host {
 
     /// `quickcell codex-host ARGS`.
     fn start_with(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quickcell"))
-            .arg("codex-host")
+        let mut all = vec!["codex-host"];
+        all.extend_from_slice(args);
+        Self::start_program(env!("CARGO_BIN_EXE_quickcell"), &all)
+    }
+
+    /// `PROGRAM ARGS`, a code-mode host.
+    fn start_program(program: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(program)
             .args(args)
             .current_dir(std::env::temp_dir())
             .stdin(Stdio::piped())
@@ -54,6 +63,7 @@ impl Host {
             child,
             stdin,
             frames,
+            durations: !args.contains(&"--no-host-duration"),
         }
     }
 
@@ -95,7 +105,17 @@ impl Host {
         self.send_bytes(message.to_string().as_bytes());
     }
 
+    /// The next frame, its runtime responses' `code_mode_host_duration_ns`
+    /// checked (there, a whole number, when the host reports them; absent
+    /// otherwise) and taken out.
     fn recv(&self) -> Value {
+        let mut frame = self.recv_timed();
+        take_durations(&mut frame, self.durations);
+        frame
+    }
+
+    /// The next frame as the host sent it.
+    fn recv_timed(&self) -> Value {
         self.frames
             .recv_timeout(Duration::from_secs(30))
             .expect("a frame from the host within 30 s")
@@ -124,6 +144,39 @@ impl Drop for Host {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Takes `code_mode_host_duration_ns` (and a `Result`'s
+/// `result_buffered_for_ns`) out of every runtime response in `frame` (an
+/// object with `cell_id` and `content_items`), asserting they are there
+/// as whole numbers when `expected`, and absent otherwise.
+fn take_durations(frame: &mut Value, expected: bool) {
+    match frame {
+        Value::Object(object) => {
+            if object.contains_key("cell_id") && object.contains_key("content_items") {
+                let mut fields = vec!["code_mode_host_duration_ns"];
+                if object.contains_key("error_text") {
+                    fields.push("result_buffered_for_ns");
+                }
+                for field in fields {
+                    let duration = object.remove(field);
+                    if expected {
+                        assert!(
+                            duration.as_ref().is_some_and(Value::is_u64),
+                            "a runtime response without {field}: {object:?}"
+                        );
+                    } else {
+                        assert_eq!(duration, None, "an unwanted {field} in {object:?}");
+                    }
+                }
+            }
+            object
+                .values_mut()
+                .for_each(|v| take_durations(v, expected));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| take_durations(v, expected)),
+        _ => {}
     }
 }
 
@@ -307,7 +360,7 @@ fn a_nested_tool_call_goes_to_the_client_and_its_answer_resumes_the_cell() {
     );
     assert_eq!(invocation["tool_kind"], "function");
     assert_eq!(invocation["input"], json!({"q": 1}));
-    assert!(invocation["runtime_tool_call_id"].is_string());
+    assert_eq!(invocation["runtime_tool_call_id"], "tool-1");
     let id = delegated["id"].as_i64().unwrap();
     host.send(&json!({"type": "delegate/response", "id": id, "result": {"status": "ok", "value": {"type": "tool/result", "result": {"answer": 42}}}}));
     assert_eq!(
@@ -485,21 +538,24 @@ fn bad_input_gets_an_error_and_the_connection_goes_on() {
 #[test]
 fn the_codex_profile_stores_values_notifies_and_yields() {
     let mut host = Host::ready();
+    // `store` and `load` are synchronous, as in Codex; `load` returns a
+    // copy; a `__proto__` key is a key.
     host.send(&execute(
         2,
-        "await store('k', {n: 1}); text('stored')",
+        "store('k', {n: 1}); store('proto', JSON.parse('{\"__proto__\": {\"x\": 1}}')); store('gone', 1); store('gone', undefined); \
+         const copy = load('k'); copy.n = 2; text(JSON.stringify([load('k'), load('gone'), typeof load('missing')]))",
         json!([]),
         10_000,
     ));
     assert_eq!(host.recv(), started(2, "1"));
     assert_eq!(
-        host.recv()["result"]["value"]["Result"]["error_text"],
-        Value::Null
+        host.recv()["result"]["value"]["Result"],
+        json!({"cell_id": "1", "content_items": [{"type": "input_text", "text": "[{\"n\":1},null,\"undefined\"]"}], "error_text": null})
     );
     assert_eq!(host.recv(), closed("1"));
     host.send(&execute(
         3,
-        "text(JSON.stringify(await load('k'))); await notify('halfway'); await yield_control(); text('done')",
+        "text(JSON.stringify(load('k'))); text(Object.keys(load('proto')).join()); await notify('halfway'); await yield_control(); text('done')",
         json!([]),
         10_000,
     ));
@@ -513,7 +569,7 @@ fn the_codex_profile_stores_values_notifies_and_yields() {
     host.send(&json!({"type": "delegate/response", "id": id, "result": {"status": "ok", "value": {"type": "notification/delivered"}}}));
     assert_eq!(
         host.recv()["result"]["value"],
-        json!({"Yielded": {"cell_id": "2", "content_items": [{"type": "input_text", "text": "{\"n\":1}"}]}})
+        json!({"Yielded": {"cell_id": "2", "content_items": [{"type": "input_text", "text": "{\"n\":1}"}, {"type": "input_text", "text": "__proto__"}]}})
     );
     host.send(&request(4, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "2", "yield_time_ms": 10000}})));
     assert_eq!(
@@ -521,6 +577,104 @@ fn the_codex_profile_stores_values_notifies_and_yields() {
         json!({"LiveCell": {"Result": {"cell_id": "2", "content_items": [{"type": "input_text", "text": "done"}], "error_text": null}}})
     );
     assert_eq!(host.recv(), closed("2"));
+    // A write past what loads synchronously (64 Ki characters) is
+    // refused at once; nothing is stored.
+    host.send(&execute(
+        5,
+        "text('before'); try { store('k', 'x'.repeat(70000)); } catch (e) { text(e.name + ': ' + e.message); }",
+        json!([]),
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(5, "3"));
+    let refused = host.recv()["result"]["value"]["Result"].clone();
+    assert_eq!(refused["error_text"], Value::Null, "{refused}");
+    assert!(
+        refused["content_items"][1]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("RangeError: store: the session's values would be 70"),
+        "{refused}"
+    );
+    assert_eq!(host.recv(), closed("3"));
+    // Keys as quickcell's store takes them.
+    host.send(&execute(6, "store('', 1)", json!([]), 10_000));
+    assert_eq!(host.recv(), started(6, "4"));
+    assert!(host.recv()["result"]["value"]["Result"]["error_text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("store keys must be strings of 1 to 256 characters"));
+    assert_eq!(host.recv(), closed("4"));
+    host.send(&execute(
+        7,
+        "text(JSON.stringify(load('k')))",
+        json!([]),
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(7, "5"));
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"]["content_items"],
+        json!([{"type": "input_text", "text": "{\"n\":1}"}])
+    );
+}
+
+/// Two cells running at once can together store more than loads
+/// synchronously: the values past it are named, `load` refuses them with
+/// a clear error, and deleting one works.
+#[test]
+fn values_past_the_synchronous_load_budget_are_refused_by_name() {
+    let mut host = Host::ready();
+    // Cell 1 stores `a` and waits on a tool; cell 2 stores `b` and ends.
+    host.send(&execute(
+        2,
+        "store('a', 'x'.repeat(40000)); await tools.lookup({});",
+        lookup_tool("function"),
+        100,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let delegated = host.recv();
+    assert_eq!(delegated["type"], "delegate/request");
+    assert!(host.recv()["result"]["value"]["Yielded"].is_object());
+    host.send(&execute(
+        3,
+        "store('b', 'y'.repeat(40000));",
+        json!([]),
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(3, "2"));
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"]["error_text"],
+        Value::Null
+    );
+    assert_eq!(host.recv(), closed("2"));
+    host.send(&json!({"type": "delegate/response", "id": delegated["id"], "result": {"status": "ok", "value": {"type": "tool/result", "result": 1}}}));
+    host.send(&request(4, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 10_000}})));
+    assert_eq!(
+        host.recv()["result"]["value"]["outcome"]["LiveCell"]["Result"]["error_text"],
+        Value::Null
+    );
+    assert_eq!(host.recv(), closed("1"));
+    // 80,000 characters stored: `a` loads, `b` is named past the budget.
+    host.send(&execute(
+        5,
+        "text(load('a').length); try { load('b'); } catch (e) { text(e.name + ': ' + e.message); } store('b', undefined); text(String(load('b')));",
+        json!([]),
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(5, "3"));
+    let out = host.recv()["result"]["value"]["Result"].clone();
+    let texts: Vec<&str> = out["content_items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["text"].as_str())
+        .collect();
+    assert_eq!(texts[0], "40000", "{out}");
+    assert!(
+        texts[1]
+            .starts_with("RangeError: load: the stored value \"b\" is past the 65536 characters"),
+        "{out}"
+    );
+    assert_eq!(texts[2], "undefined", "{out}");
 }
 
 /// Codex starts `codex-code-mode-host` with no arguments: quickcell linked
@@ -849,5 +1003,535 @@ fn a_client_that_stops_reading_is_let_go() {
         }
         assert!(Instant::now() < until, "the host let the stalled client go");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn runtime_responses_report_the_host_s_duration_unless_told_not_to() {
+    // A wait that yields after 300 ms took the host at least that long.
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "await tools.lookup({});",
+        lookup_tool("function"),
+        100,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    assert_eq!(host.recv()["type"], "delegate/request");
+    let initial = host.recv_timed();
+    assert!(initial["result"]["value"]["Yielded"]["code_mode_host_duration_ns"].is_u64());
+    host.send(&request(3, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 300}})));
+    let waited = host.recv_timed();
+    let nanos = waited["result"]["value"]["outcome"]["LiveCell"]["Yielded"]
+        ["code_mode_host_duration_ns"]
+        .as_u64()
+        .unwrap();
+    assert!(nanos >= 300_000_000, "{nanos} ns");
+    // A result delivered while observed was not buffered; one that waited
+    // a second for its wait was, at least that long.
+    host.send(&execute(4, "text(1)", json!([]), 10_000));
+    assert_eq!(host.recv(), started(4, "2"));
+    let live = host.recv_timed();
+    assert_eq!(
+        live["result"]["value"]["Result"]["result_buffered_for_ns"],
+        0
+    );
+    assert_eq!(host.recv(), closed("2"));
+    host.send(&execute(
+        5,
+        "await new Promise((r) => setTimeout(r, 100)); text(2)",
+        json!([]),
+        0,
+    ));
+    assert_eq!(host.recv(), started(5, "3"));
+    assert!(host.recv()["result"]["value"]["Yielded"].is_object());
+    std::thread::sleep(Duration::from_millis(1_500));
+    host.send(&request(6, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "3", "yield_time_ms": 10_000}})));
+    let buffered = host.recv_timed()["result"]["value"]["outcome"]["LiveCell"]["Result"]
+        ["result_buffered_for_ns"]
+        .as_u64()
+        .unwrap();
+    assert!(buffered >= 1_000_000_000, "{buffered} ns");
+    // For Codex up to 0.151, which refuses the field: none (`recv` checks).
+    let mut host = Host::ready_with(&["--no-host-duration"]);
+    host.send(&execute(2, "text(1)", json!([]), 10_000));
+    assert_eq!(host.recv(), started(2, "1"));
+    assert_eq!(
+        host.recv()["result"]["value"],
+        json!({"Result": {"cell_id": "1", "content_items": [{"type": "input_text", "text": "1"}], "error_text": null}})
+    );
+}
+
+#[test]
+fn operation_yield_ends_an_observation_and_the_cell_goes_on() {
+    let mut host = Host::start();
+    host.send(&hello(&[1], &[], &["yield-observation"]));
+    assert_eq!(
+        host.recv(),
+        json!({"type": "connection/ready", "selectedVersion": 1, "capabilities": ["yield-observation"]})
+    );
+    host.send(&request(
+        1,
+        json!({"method": "session/open", "sessionId": "session-1"}),
+    ));
+    assert_eq!(host.recv()["result"]["status"], "ok");
+    // The execute would observe for 300 s; the yield ends that at once.
+    host.send(&execute(
+        2,
+        "text('asked'); const got = await tools.lookup({}); text(`got ${got}`);",
+        lookup_tool("function"),
+        300_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let delegated = host.recv();
+    assert_eq!(delegated["type"], "delegate/request");
+    host.send(&json!({"type": "operation/yield", "id": 2}));
+    assert_eq!(
+        host.recv(),
+        json!({"type": "execute/initialResponse", "id": 2, "result": {"status": "ok", "value": {"Yielded": {
+            "cell_id": "1", "content_items": [{"type": "input_text", "text": "asked"}],
+        }}}})
+    );
+    // So does a wait's.
+    host.send(&request(3, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 300_000}})));
+    host.send(&json!({"type": "operation/yield", "id": 3}));
+    assert_eq!(
+        host.recv()["result"]["value"],
+        json!({"type": "wait/completed", "outcome": {"LiveCell": {"Yielded": {"cell_id": "1", "content_items": []}}}})
+    );
+    // The cell went on waiting: the answer completes it.
+    host.send(&json!({"type": "delegate/response", "id": delegated["id"], "result": {"status": "ok", "value": {"type": "tool/result", "result": 7}}}));
+    host.send(&request(4, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 300_000}})));
+    assert_eq!(
+        host.recv()["result"]["value"]["outcome"],
+        json!({"LiveCell": {"Result": {"cell_id": "1", "content_items": [{"type": "input_text", "text": "got 7"}], "error_text": null}}})
+    );
+    assert_eq!(host.recv(), closed("1"));
+}
+
+#[test]
+fn operation_yield_without_the_capability_is_ignored() {
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "await tools.lookup({});",
+        lookup_tool("function"),
+        1_500,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    assert_eq!(host.recv()["type"], "delegate/request");
+    let sent = Instant::now();
+    host.send(&json!({"type": "operation/yield", "id": 2}));
+    // The observation runs its 1.5 s: the yield did not end it.
+    assert_eq!(host.recv()["type"], "execute/initialResponse");
+    assert!(sent.elapsed() >= Duration::from_millis(1_000));
+}
+
+#[test]
+fn cell_execution_limits_cap_the_heap_and_the_yield_of_a_session() {
+    let mut host = Host::ready();
+    host.send(&request(
+        2,
+        json!({"method": "session/open", "sessionId": "small", "cellExecutionLimits": {"maxHeapSizeBytes": 4_194_304, "maxYieldTimeMs": 200}}),
+    ));
+    assert_eq!(host.recv()["result"]["status"], "ok");
+    // About 10 MB of objects: over the session's 4 MiB, within the host's
+    // own 64 MiB.
+    let source =
+        "const a = []; for (let i = 0; i < 200000; i++) a.push({i, s: 'x' + i}); text(a.length);";
+    let in_session = |id: i64, session: &str, source: &str, yield_time_ms: u64| {
+        request(
+            id,
+            json!({"method": "session/execute", "sessionId": session, "request": {
+                "tool_call_id": format!("call-{id}"), "enabled_tools": lookup_tool("function"), "source": source,
+                "yield_time_ms": yield_time_ms, "max_output_tokens": null,
+            }}),
+        )
+    };
+    host.send(&in_session(3, "small", source, 10_000));
+    assert_eq!(host.recv()["type"], "operation/response");
+    let capped = host.recv()["result"]["value"]["Result"].clone();
+    let error = capped["error_text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(error.contains("memory"), "{capped}");
+    assert_eq!(host.recv()["type"], "cell/closed");
+    host.send(&in_session(4, "session-1", source, 10_000));
+    assert_eq!(host.recv()["type"], "operation/response");
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"],
+        json!({"cell_id": "1", "content_items": [{"type": "input_text", "text": "200000"}], "error_text": null})
+    );
+    assert_eq!(host.recv()["type"], "cell/closed");
+    // The yield cap: a 60 s observation of a parked cell ends at 200 ms.
+    host.send(&in_session(5, "small", "await tools.lookup({});", 60_000));
+    assert_eq!(host.recv()["type"], "operation/response");
+    assert_eq!(host.recv()["type"], "delegate/request");
+    assert!(host.recv()["result"]["value"]["Yielded"].is_object());
+    // A heap limit no cell can start under is refused, naming the floor.
+    host.send(&request(
+        6,
+        json!({"method": "session/open", "sessionId": "tiny", "cellExecutionLimits": {"maxHeapSizeBytes": 1000}}),
+    ));
+    let refused = host.recv();
+    assert_eq!(refused["result"]["status"], "error");
+    assert!(
+        refused["result"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maxHeapSizeBytes 1000 is below the 1048576 bytes"),
+        "{refused}"
+    );
+}
+
+/// A cell parked on Codex's answer does not expire while the host waits
+/// for it: here the answer comes after twice the snapshot TTL.
+#[test]
+fn a_cell_waiting_on_codex_outlives_the_snapshot_ttl() {
+    let dir = std::env::temp_dir().join(format!("quickcell-codex-ttl-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(&config, "[limits]\nsnapshot_ttl_seconds = 2\n").unwrap();
+    let state = dir.join("state");
+    let mut host = Host::ready_with(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
+    host.send(&execute(
+        2,
+        "const v = await tools.lookup({}); text(`got ${v}`);",
+        lookup_tool("function"),
+        100,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let delegated = host.recv();
+    assert_eq!(delegated["type"], "delegate/request");
+    assert!(host.recv()["result"]["value"]["Yielded"].is_object());
+    std::thread::sleep(Duration::from_secs(5));
+    host.send(&json!({"type": "delegate/response", "id": delegated["id"], "result": {"status": "ok", "value": {"type": "tool/result", "result": 7}}}));
+    host.send(&request(3, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "1", "yield_time_ms": 20_000}})));
+    assert_eq!(
+        host.recv()["result"]["value"]["outcome"],
+        json!({"LiveCell": {"Result": {"cell_id": "1", "content_items": [{"type": "input_text", "text": "got 7"}], "error_text": null}}})
+    );
+    drop(host);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Codex CLI itself (from npm, installed by `scripts/setup-tests` into
+/// `.npm-codex`) runs a code-mode cell through `quickcell codex-host`: its
+/// `exec` tool call goes to quickcell, the cell's nested tool call goes
+/// back to Codex and its answer resumes the cell, and the output reaches
+/// the model. No model can be reached here, so a scripted stand-in for the
+/// Responses API (`fixtures/codex/responses_model.py`) asks for the cell.
+#[test]
+fn the_codex_cli_runs_its_code_mode_cells_on_quickcell() {
+    let package = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/.npm-codex/node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/bin/codex"
+    );
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        eprintln!("skipped: the Codex CLI is installed for Linux x86-64 only");
+        return;
+    }
+    assert!(
+        std::path::Path::new(package).exists(),
+        "{package} is missing: run scripts/setup-tests"
+    );
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("codex-cli-{}", uuid::Uuid::new_v4()));
+    let (bin, home, work) = (dir.join("bin"), dir.join("home"), dir.join("work"));
+    for d in [&bin, &home, &work] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Codex starts the `codex-code-mode-host` next to its own binary.
+    let codex = bin.join("codex");
+    if std::fs::hard_link(package, &codex).is_err() {
+        std::fs::copy(package, &codex).unwrap();
+    }
+    let host = bin.join("codex-code-mode-host");
+    std::fs::write(
+        &host,
+        format!(
+            "#!/bin/sh\nexec '{}' codex-host --state-dir '{}' \"$@\"\n",
+            env!("CARGO_BIN_EXE_quickcell"),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&host, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The model asks for one cell, then ends the turn.
+    let cell = "text('typeof catalog: ' + typeof catalog);\nconst goal = await tools.get_goal({});\ntext('goal: ' + JSON.stringify(goal));\nstore('k', 41);\ntext(load('k') + 1);\n";
+    let script = dir.join("script.json");
+    std::fs::write(
+        &script,
+        json!([[{"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_exec_1", "name": "exec", "input": cell}]]).to_string(),
+    )
+    .unwrap();
+    let requests = dir.join("requests.jsonl");
+    let mut model = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/codex/responses_model.py"
+        ))
+        .arg(&script)
+        .arg(&requests)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(model.stdout.take().unwrap()),
+        &mut port,
+    )
+    .unwrap();
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "model = \"gpt-5.1-codex\"\nmodel_provider = \"scripted\"\napproval_policy = \"never\"\nsandbox_mode = \"read-only\"\nsuppress_unstable_features_warning = true\n\
+             [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"http://127.0.0.1:{}/v1\"\nwire_api = \"responses\"\nrequires_openai_auth = false\n\
+             [features]\ncode_mode = true\ncode_mode_host = true\ncode_mode_host_grpc = false\n",
+            port.trim()
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut run = Command::new(&codex)
+        .args(["exec", "--skip-git-repo-check", "run the cell"])
+        .env("CODEX_HOME", &home)
+        .current_dir(&work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = run.kill();
+            panic!("codex exec did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!(
+        "codex exec with one quickcell cell: {:?}",
+        started.elapsed()
+    );
+    let _ = model.kill();
+    let _ = model.wait();
+    let mut stderr = String::new();
+    run.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "codex exec failed: {stderr}");
+    // The request after the cell carries its output to the model.
+    let log = std::fs::read_to_string(&requests).unwrap();
+    let output: Vec<Value> = log
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .flat_map(|r| r["body"]["input"].as_array().cloned().unwrap_or_default())
+        .filter(|item| {
+            item["type"] == "custom_tool_call_output" && item["call_id"] == "call_exec_1"
+        })
+        .collect();
+    let texts: Vec<&str> = output
+        .first()
+        .unwrap_or_else(|| panic!("no cell output reached the model: {stderr}"))["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str())
+        .collect();
+    // `catalog` is quickcell's own global: the cell ran in quickcell.
+    assert!(texts.contains(&"typeof catalog: object"), "{texts:?}");
+    // The nested tool ran in Codex, and its answer resumed the cell.
+    assert!(
+        texts.iter().any(|t| t.starts_with("goal: {\"goal\":null")),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"42"), "{texts:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Codex's gRPC transport (`--listen grpc+stdio://`, its default from
+/// about 0.170) is refused with the setting that turns it off.
+#[test]
+fn codex_s_grpc_transport_is_refused_with_the_setting_that_turns_it_off() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["codex-host", "--listen", "grpc+stdio://"])
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("set `code_mode_host_grpc = false` under `[features]`"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// Calls a cell makes together go to the client in the order it made
+/// them, numbered per cell as Codex's own host numbers them.
+#[test]
+fn nested_calls_made_together_go_out_in_order() {
+    let mut host = Host::ready();
+    host.send(&execute(
+        2,
+        "const r = await Promise.all([1, 2, 3].map((n) => tools.lookup({n}))); text(r.join());",
+        lookup_tool("function"),
+        10_000,
+    ));
+    assert_eq!(host.recv(), started(2, "1"));
+    let sent: Vec<Value> = (0..3).map(|_| host.recv()).collect();
+    let order: Vec<(Value, Value)> = sent
+        .iter()
+        .map(|d| {
+            let invocation = &d["request"]["invocation"];
+            (
+                invocation["input"]["n"].clone(),
+                invocation["runtime_tool_call_id"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (json!(1), json!("tool-1")),
+            (json!(2), json!("tool-2")),
+            (json!(3), json!("tool-3"))
+        ]
+    );
+    // Answered in reverse, each answer still reaches its own call.
+    for d in sent.iter().rev() {
+        let n = d["request"]["invocation"]["input"]["n"].as_i64().unwrap();
+        host.send(&json!({"type": "delegate/response", "id": d["id"], "result": {"status": "ok", "value": {"type": "tool/result", "result": n * 10}}}));
+    }
+    assert_eq!(
+        host.recv()["result"]["value"]["Result"]["content_items"],
+        json!([{"type": "input_text", "text": "10,20,30"}])
+    );
+}
+
+/// The same frames to Codex's own host (`codex-code-mode-host` of the
+/// Codex CLI package in `.npm-codex`) and to quickcell get the same
+/// answers, timings aside: the handshake, a cell to its result, a nested
+/// call answered, a missing cell, a terminate with a call pending, an
+/// unknown session, the shutdown.
+#[test]
+fn quickcell_answers_as_codex_s_own_host_does() {
+    let reference = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/.npm-codex/node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/bin/codex-code-mode-host"
+    );
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        eprintln!("skipped: the Codex CLI is installed for Linux x86-64 only");
+        return;
+    }
+    assert!(
+        std::path::Path::new(reference).exists(),
+        "{reference} is missing: run scripts/setup-tests"
+    );
+    let conversation = |mut host: Host| -> Vec<Value> {
+        let mut seen = Vec::new();
+        fn take(host: &Host, seen: &mut Vec<Value>, n: usize) {
+            for _ in 0..n {
+                let mut frame = host.recv_timed();
+                normalize(&mut frame);
+                seen.push(frame);
+            }
+        }
+        host.send(&hello(
+            &[1],
+            &[],
+            &[
+                "session-cell-execution-resource-limits",
+                "yield-observation",
+            ],
+        ));
+        take(&host, &mut seen, 1);
+        host.send(&request(
+            1,
+            json!({"method": "session/open", "sessionId": "session-1", "cellExecutionLimits": {"maxYieldTimeMs": 60_000}}),
+        ));
+        take(&host, &mut seen, 1);
+        host.send(&execute(
+            2,
+            "text('hello'); text(2); text({a: [1]})",
+            json!([]),
+            10_000,
+        ));
+        take(&host, &mut seen, 3);
+        host.send(&execute(
+            3,
+            "text('asked'); const v = await tools.lookup({q: 1}); text(`got ${v}`);",
+            lookup_tool("function"),
+            300,
+        ));
+        take(&host, &mut seen, 3);
+        let delegate_id = seen[seen.len() - 2]["id"].clone();
+        host.send(&json!({"type": "delegate/response", "id": delegate_id, "result": {"status": "ok", "value": {"type": "tool/result", "result": 7}}}));
+        host.send(&request(4, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "2", "yield_time_ms": 10_000}})));
+        take(&host, &mut seen, 2);
+        host.send(&request(5, json!({"method": "session/wait", "sessionId": "session-1", "request": {"cell_id": "99", "yield_time_ms": 100}})));
+        take(&host, &mut seen, 1);
+        host.send(&execute(
+            6,
+            "await tools.lookup({});",
+            lookup_tool("function"),
+            200,
+        ));
+        take(&host, &mut seen, 3);
+        host.send(&request(
+            7,
+            json!({"method": "session/terminate", "sessionId": "session-1", "cellId": "3"}),
+        ));
+        take(&host, &mut seen, 3);
+        host.send(&request(
+            8,
+            json!({"method": "session/wait", "sessionId": "nobody", "request": {"cell_id": "1", "yield_time_ms": 100}}),
+        ));
+        take(&host, &mut seen, 1);
+        host.send(&request(
+            9,
+            json!({"method": "session/shutdown", "sessionId": "session-1"}),
+        ));
+        take(&host, &mut seen, 1);
+        seen
+    };
+    let theirs = conversation(Host::start_program(reference, &[]));
+    let ours = conversation(Host::start());
+    for (i, (t, o)) in theirs.iter().zip(&ours).enumerate() {
+        assert_eq!(o, t, "frame {i} differs from Codex's host");
+    }
+    assert_eq!(ours.len(), theirs.len());
+}
+
+/// A frame with its timings zeroed and error messages blanked (their
+/// words differ; where they come is what counts).
+fn normalize(frame: &mut Value) {
+    match frame {
+        Value::Object(object) => {
+            for key in ["code_mode_host_duration_ns", "result_buffered_for_ns"] {
+                if let Some(v) = object.get_mut(key) {
+                    *v = json!(0);
+                }
+            }
+            if object.get("status") == Some(&json!("error")) {
+                object.insert("message".into(), json!("…"));
+            }
+            object.values_mut().for_each(normalize);
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
     }
 }

@@ -228,6 +228,9 @@ fn sessions_over_the_cap_get_503_and_idle_ones_close() {
     let r = post(port, &[&bearer()], INITIALIZE);
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.body.contains("Too many open MCP sessions"), "{}", r.body);
+    // A 2026-07-28 request opens no session: the full table does not stop it.
+    let listed = modern_call(port, TOKEN, "tools/list", serde_json::json!({}), false);
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
     // Open sessions are unaffected.
     let ping = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
     let r = post(
@@ -395,4 +398,452 @@ fn metrics_are_served_behind_the_token_and_count_the_calls() {
         m.contains("# TYPE quickcell_tool_call_seconds histogram"),
         "{m}"
     );
+}
+
+/// A 2026-07-28 request to `serve --http` (no `initialize`, no session):
+/// `server/discover` and `tools/list` carry `[mcp]`'s cache hints, a
+/// version the server does not speak gets `-32022` naming those it does,
+/// and a 2025-11-25 session's `tools/list` carries no hints.
+#[test]
+fn a_2026_07_28_request_gets_cache_hints_and_unknown_versions_are_named() {
+    let (_server, port) = start("[mcp]\ntools_ttl_ms = 1234\ncache_scope = \"private\"");
+    let modern = |method: &str, version: &str| {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {}}}});
+        post(
+            port,
+            &[
+                &bearer(),
+                &format!("MCP-Protocol-Version: {version}"),
+                &format!("Mcp-Method: {method}"),
+            ],
+            &body.to_string(),
+        )
+    };
+    let discovered = modern("server/discover", "2026-07-28");
+    assert_eq!(discovered.status, 200, "{}", discovered.body);
+    let result = &rpc_message(&discovered)["result"];
+    assert_eq!(result["ttlMs"], 1234, "{result}");
+    assert_eq!(result["cacheScope"], "private", "{result}");
+    let versions = result["supportedVersions"].as_array().unwrap();
+    assert!(versions.contains(&Value::from("2026-07-28")), "{result}");
+    assert!(versions.contains(&Value::from("2025-11-25")), "{result}");
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "quickcell"
+    );
+    let listed = modern("tools/list", "2026-07-28");
+    let result = &rpc_message(&listed)["result"];
+    assert_eq!(
+        (result["ttlMs"].clone(), result["cacheScope"].clone()),
+        (Value::from(1234), Value::from("private")),
+        "{result}"
+    );
+    let names: Vec<&str> = result["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["exec", "wait"]);
+    let unknown = modern("server/discover", "2031-01-01");
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    let error = &rpc_message(&unknown)["error"];
+    assert_eq!(error["code"], -32022, "{error}");
+    assert_eq!(error["data"]["requested"], "2031-01-01", "{error}");
+    assert!(error["data"]["supported"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("2026-07-28")));
+    // A 2025-11-25 session: no hints.
+    let init = post(port, &[&bearer()], INITIALIZE);
+    let session = format!("Mcp-Session-Id: {}", init.header("mcp-session-id").unwrap());
+    post(
+        port,
+        &[&bearer(), &session],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let listed = post(
+        port,
+        &[&bearer(), &session],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    let result = &rpc_message(&listed)["result"];
+    assert!(result["tools"].is_array(), "{result}");
+    assert_eq!(result.get("ttlMs"), None, "{result}");
+}
+
+/// A `tools/call` of MCP 2026-07-28 as `token`'s principal on `port`, with
+/// the Tasks extension declared when `tasks`; the JSON-RPC message.
+fn modern_call(port: u16, token: &str, method: &str, params: Value, tasks: bool) -> Value {
+    let mut params = params;
+    let capabilities = if tasks {
+        serde_json::json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        serde_json::json!({})
+    };
+    params["_meta"] = serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities});
+    let name = params["name"]
+        .as_str()
+        .or(params["taskId"].as_str())
+        .map(|n| format!("Mcp-Name: {n}"));
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+    let mut headers = vec![
+        format!("Authorization: Bearer {token}"),
+        "MCP-Protocol-Version: 2026-07-28".to_string(),
+        format!("Mcp-Method: {method}"),
+    ];
+    headers.extend(name);
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    rpc_message(&post(port, &headers, &body.to_string()))
+}
+
+/// Polls `tasks/get` until the task is no longer `working` (at most 30 s).
+fn task_end(port: u16, token: &str, task: &str) -> Value {
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = modern_call(
+            port,
+            token,
+            "tasks/get",
+            serde_json::json!({"taskId": task}),
+            true,
+        );
+        if got["result"]["status"] != "working" {
+            return got;
+        }
+        assert!(std::time::Instant::now() < until, "still working: {got}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The Tasks extension of MCP 2026-07-28: an `exec` whose cell parks is a
+/// task the server drives to its end; `tasks/get` reports it from either
+/// of two hosts sharing the state, `tasks/cancel` cancels one; a cell that
+/// ends at once answers its result; ids of other principals, unknown ids
+/// and clients without the extension are refused as the extension says.
+#[test]
+fn an_exec_that_parks_is_a_task_any_host_reports() {
+    let (dir, hosts) = principal_hosts("quickcell-tasks", "alice token-a\nbob token-b\n", 2);
+    let (a, b) = (hosts[0].1, hosts[1].1);
+    let exec =
+        |code: &str| serde_json::json!({"name": "exec", "arguments": {"title": "t", "code": code}});
+    // A cell that parks: a task.
+    let created = modern_call(
+        a,
+        "token-a",
+        "tools/call",
+        exec("await new Promise((r) => setTimeout(r, 300)); await yield_control(); return 'task done';"),
+        true,
+    );
+    let result = &created["result"];
+    assert_eq!(result["resultType"], "task", "{created}");
+    assert_eq!(result["status"], "working", "{created}");
+    assert_eq!(result["ttlMs"], 3_600_000, "{created}");
+    assert!(
+        result["createdAt"].as_str().unwrap().ends_with('Z'),
+        "{created}"
+    );
+    let task = result["taskId"].as_str().unwrap().to_string();
+    // The other host knows it at once, and reports its end.
+    let ended = task_end(b, "token-a", &task);
+    assert_eq!(ended["result"]["status"], "completed", "{ended}");
+    assert_eq!(ended["result"]["resultType"], "complete", "{ended}");
+    assert_eq!(
+        ended["result"]["result"]["structuredContent"]["value"], "task done",
+        "{ended}"
+    );
+    // Another principal, an unknown id: -32602; no extension: -32021.
+    for (token, id) in [("token-b", task.as_str()), ("token-a", "run-nope")] {
+        let refused = modern_call(
+            a,
+            token,
+            "tasks/get",
+            serde_json::json!({"taskId": id}),
+            true,
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    let undeclared = modern_call(
+        a,
+        "token-a",
+        "tasks/get",
+        serde_json::json!({"taskId": task}),
+        false,
+    );
+    assert_eq!(undeclared["error"]["code"], -32021, "{undeclared}");
+    // A cell that ends within the call: its result, no task.
+    let at_once = modern_call(a, "token-a", "tools/call", exec("return 1 + 1;"), true);
+    assert_eq!(
+        at_once["result"]["structuredContent"]["value"], 2,
+        "{at_once}"
+    );
+    // Without the extension, a cell that parks answers `waiting`.
+    let waiting = modern_call(
+        a,
+        "token-a",
+        "tools/call",
+        exec("await yield_control(); return 3;"),
+        false,
+    );
+    assert_eq!(
+        waiting["result"]["structuredContent"]["status"], "waiting",
+        "{waiting}"
+    );
+    // Cancel: acknowledged, the task is cancelled, a second cancel too.
+    let long = modern_call(
+        a,
+        "token-a",
+        "tools/call",
+        exec("await new Promise((r) => setTimeout(r, 60000)); return 'never';"),
+        true,
+    );
+    let long = long["result"]["taskId"].as_str().unwrap().to_string();
+    for port in [b, a] {
+        let ack = modern_call(
+            port,
+            "token-a",
+            "tasks/cancel",
+            serde_json::json!({"taskId": long}),
+            true,
+        );
+        assert!(ack["result"].is_object(), "{ack}");
+    }
+    let cancelled = modern_call(
+        a,
+        "token-a",
+        "tasks/get",
+        serde_json::json!({"taskId": long}),
+        true,
+    );
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A task outlives the host that drives it: host A stops (SIGTERM parks
+/// the cell), and host B's `tasks/get` takes the run over and reports its
+/// end.
+#[test]
+fn a_task_outlives_its_host() {
+    let (dir, mut hosts) = principal_hosts("quickcell-task-restart", "alice token-a\n", 2);
+    let (b_server, b) = hosts.pop().unwrap();
+    let (mut a_server, a) = hosts.pop().unwrap();
+    let created = modern_call(
+        a,
+        "token-a",
+        "tools/call",
+        serde_json::json!({"name": "exec", "arguments": {"title": "t", "code": "await yield_control(); await new Promise((r) => setTimeout(r, 1500)); return 'finished on B';"}}),
+        true,
+    );
+    let task = created["result"]["taskId"].as_str().unwrap().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &a_server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(a_server.exits(), "host A exits on SIGTERM");
+    let ended = task_end(b, "token-a", &task);
+    assert_eq!(ended["result"]["status"], "completed", "{ended}");
+    assert_eq!(
+        ended["result"]["result"]["structuredContent"]["value"], "finished on B",
+        "{ended}"
+    );
+    drop(b_server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[mcp] task_ttl_ms`: a task lives that long from its creation; then
+/// `tasks/get` knows it no more (and its run is cancelled).
+#[test]
+fn a_task_expires_after_its_ttl() {
+    let (_server, port) = start("[mcp]\ntask_ttl_ms = 1000");
+    let created = modern_call(
+        port,
+        TOKEN,
+        "tools/call",
+        serde_json::json!({"name": "exec", "arguments": {"title": "t", "code": "await new Promise((r) => setTimeout(r, 60000));"}}),
+        true,
+    );
+    assert_eq!(created["result"]["ttlMs"], 1000, "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_string();
+    let live = modern_call(
+        port,
+        TOKEN,
+        "tasks/get",
+        serde_json::json!({"taskId": task}),
+        true,
+    );
+    assert_eq!(live["result"]["status"], "working", "{live}");
+    std::thread::sleep(Duration::from_millis(1_300));
+    let gone = modern_call(
+        port,
+        TOKEN,
+        "tasks/get",
+        serde_json::json!({"taskId": task}),
+        true,
+    );
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
+    // Its run went with it.
+    let waited = modern_call(
+        port,
+        TOKEN,
+        "tools/call",
+        serde_json::json!({"name": "wait", "arguments": {"runId": task}}),
+        false,
+    );
+    assert_eq!(
+        waited["result"]["structuredContent"]["error"], "code mode run is unavailable or expired.",
+        "{waited}"
+    );
+}
+
+/// More tasks than a principal's share of running cells (4 by default)
+/// all finish: a driver refused for the share tries again later.
+#[test]
+fn tasks_beyond_the_running_share_all_finish() {
+    let (_server, port) = start("");
+    let tasks: Vec<(i64, String)> = (0..8)
+        .map(|i| {
+            let created = modern_call(
+                port,
+                TOKEN,
+                "tools/call",
+                serde_json::json!({"name": "exec", "arguments": {"title": "t", "code": format!("for (let k = 0; k < 5; k++) await yield_control(); return {i};")}}),
+                true,
+            );
+            (i, created["result"]["taskId"].as_str().unwrap().to_string())
+        })
+        .collect();
+    for (i, task) in tasks {
+        let ended = task_end(port, TOKEN, &task);
+        assert_eq!(
+            ended["result"]["result"]["structuredContent"]["value"], i,
+            "{ended}"
+        );
+    }
+}
+
+/// A 2025-11-25 MCP session opened with one principal's token refuses
+/// calls made with another's (its runs and values are the opener's).
+#[test]
+fn an_mcp_session_refuses_another_principal_s_token() {
+    let (dir, hosts) =
+        principal_hosts("quickcell-session-owner", "alice token-a\nbob token-b\n", 1);
+    let port = hosts[0].1;
+    let alice = "Authorization: Bearer token-a";
+    let init = post(port, &[alice], INITIALIZE);
+    let session = format!("Mcp-Session-Id: {}", init.header("mcp-session-id").unwrap());
+    post(
+        port,
+        &[alice, &session],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"exec","arguments":{"title":"t","code":"return 5"}}}"#;
+    let own = rpc_message(&post(port, &[alice, &session], call));
+    assert_eq!(own["result"]["structuredContent"]["value"], 5, "{own}");
+    let other = rpc_message(&post(
+        port,
+        &["Authorization: Bearer token-b", &session],
+        call,
+    ));
+    assert_eq!(other["error"]["code"], -32600, "{other}");
+    assert!(
+        other["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("another principal's token"),
+        "{other}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// MCP 2026-07-28: a client that closes the connection of a plain (not
+/// task) `tools/call` cancels it — the cell is aborted and its `store`
+/// writes are discarded; the same call left to finish commits them.
+#[test]
+fn closing_a_2026_07_28_request_cancels_its_cell() {
+    let (_server, port) = start("");
+    let exec = |code: &str| {
+        serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "exec", "arguments": {"title": "t", "code": code},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}})
+        .to_string()
+    };
+    let headers = [
+        bearer(),
+        "MCP-Protocol-Version: 2026-07-28".to_string(),
+        "Mcp-Method: tools/call".to_string(),
+        "Mcp-Name: exec".to_string(),
+    ];
+    let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let slow = |key: &str| {
+        exec(&format!(
+            "await new Promise((r) => setTimeout(r, 1500)); await store('{key}', 1); return 1;"
+        ))
+    };
+    // Left to finish: committed.
+    let done = rpc_message(&post(port, &headers, &slow("kept")));
+    assert_eq!(done["result"]["structuredContent"]["value"], 1, "{done}");
+    // Closed after 300 ms: cancelled.
+    {
+        let body = slow("dropped");
+        let mut head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}",
+            body.len()
+        );
+        for header in &headers {
+            head.push_str("\r\n");
+            head.push_str(header);
+        }
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .write_all(format!("{head}\r\n\r\n{body}").as_bytes())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(stream);
+    }
+    std::thread::sleep(Duration::from_millis(2_500));
+    let read = rpc_message(&post(
+        port,
+        &headers,
+        &exec("return [(await load('kept')) ?? 'none', (await load('dropped')) ?? 'none'];"),
+    ));
+    assert_eq!(
+        read["result"]["structuredContent"]["value"],
+        serde_json::json!([1, "none"]),
+        "{read}"
+    );
+}
+
+/// `count` `serve --http` hosts sharing one state directory (SQLite) and
+/// an auth token file of `tokens` (`PRINCIPAL TOKEN` lines); the scratch
+/// directory and each host with its port.
+fn principal_hosts(
+    name: &str,
+    tokens: &str,
+    count: usize,
+) -> (std::path::PathBuf, Vec<(HttpServer, u16)>) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("tokens"), tokens).unwrap();
+    let hosts = (0..count)
+        .map(|_| {
+            let mut chosen = 0;
+            let server = HttpServer::spawn(|port| {
+                chosen = port;
+                let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+                command
+                    .current_dir(&dir)
+                    .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+                    .args(["--auth-token-file", "tokens", "--state-dir", "state"]);
+                command
+            });
+            (server, chosen)
+        })
+        .collect();
+    (dir, hosts)
 }

@@ -9,6 +9,7 @@ mod catalog;
 mod cli;
 mod client_tools;
 mod codex;
+mod conformance;
 mod exec;
 mod faults;
 mod fuzz;

@@ -213,6 +213,18 @@ impl HttpServer {
         }
     }
 
+    /// Waits up to 20 s for the server to exit on its own; whether it did.
+    pub(crate) fn exits(&mut self) -> bool {
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// The server's process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
@@ -363,4 +375,129 @@ fn the_lean_profile_selects_tools_mode_and_its_limits() {
     assert_eq!(hits(&out[1]), 10);
     assert_eq!(hits(&out[2]), 5);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The official Python SDK speaks MCP 2026-07-28 to `serve --http` (no
+/// `initialize`, no session), and a client that `initialize`s speaks
+/// 2025-11-25 to the same server. A 2026-07-28 run is its principal's, not
+/// its connection's: a second client process resumes a run the first
+/// parked; a client with another principal's token cannot.
+#[test]
+fn the_python_sdk_speaks_2026_07_28_and_2025_11_25_to_one_http_server() {
+    let dir = std::env::temp_dir().join(format!("quickcell-modern-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "alice token-a\nbob token-b\n").unwrap();
+    let server = HttpServer::spawn(|port| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+        command
+            .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+            .arg("--auth-token-file")
+            .arg(&tokens)
+            .arg("--state-dir")
+            .arg(dir.join("state"));
+        command
+    });
+    let as_client = |token: &str, era: &str, steps: Value| {
+        run(
+            steps,
+            &[
+                "--era",
+                era,
+                "--header",
+                &format!("Authorization: Bearer {token}"),
+                "--http",
+                &server.url,
+            ],
+        )
+    };
+    let exec = |code: &str| json!({"op": "call_tool", "name": "exec", "args": {"title": "t", "code": code}});
+    let out = as_client(
+        "token-a",
+        "modern",
+        json!([{"op": "info"}, {"op": "list_tools"}, exec("await yield_control(); return 'later';")]),
+    );
+    assert_eq!(out[0]["protocolVersion"], "2026-07-28", "{}", out[0]);
+    let names: Vec<&str> = out[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["exec", "wait"]);
+    let parked = &out[2]["structuredContent"];
+    assert_eq!(parked["status"], "waiting", "{}", out[2]);
+    let run_id = parked["runId"].as_str().unwrap();
+    let wait = json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]);
+    // Another principal: no such run.
+    let refused = as_client("token-b", "modern", wait.clone());
+    assert_eq!(
+        refused[0]["structuredContent"]["error"], "code mode run is unavailable or expired.",
+        "{}",
+        refused[0]
+    );
+    // The same principal, from a new connection.
+    let done = as_client("token-a", "modern", wait);
+    assert_eq!(
+        done[0]["structuredContent"]["value"], "later",
+        "{}",
+        done[0]
+    );
+    // A 2025-11-25 client of the same server has a session of its own.
+    let legacy = as_client(
+        "token-a",
+        "legacy",
+        json!([{"op": "info"}, exec("return 1 + 1;")]),
+    );
+    assert_eq!(legacy[0]["protocolVersion"], "2025-11-25", "{}", legacy[0]);
+    assert_eq!(legacy[1]["structuredContent"]["value"], 2, "{}", legacy[1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Over stdio, 2026-07-28 requests are `[mcp] principal`'s when one is
+/// configured: a run parked through one connection resumes through
+/// another. Without it, each connection is its own scope.
+#[test]
+fn a_configured_stdio_principal_owns_2026_07_28_runs_across_connections() {
+    let dir = std::env::temp_dir().join(format!(
+        "quickcell-stdio-principal-{}",
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let state = dir.join("state");
+    let with_principal = dir.join("principal.toml");
+    std::fs::write(&with_principal, "[mcp]\nprincipal = \"ci-bot\"\n").unwrap();
+    let without = dir.join("none.toml");
+    std::fs::write(&without, "").unwrap();
+    let connect = |config: &std::path::Path, steps: Value| {
+        run(
+            steps,
+            &[
+                "--era",
+                "modern",
+                "--stdio",
+                env!("CARGO_BIN_EXE_quickcell"),
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+            ],
+        )
+    };
+    let park = json!([{"op": "call_tool", "name": "exec", "args": {"title": "t", "code": "await yield_control(); return 'again';"}}]);
+    for (config, resumes) in [(&with_principal, true), (&without, false)] {
+        let parked = connect(config, park.clone());
+        let run_id = result(&parked[0])["runId"].as_str().unwrap().to_string();
+        let waited = connect(
+            config,
+            json!([{"op": "call_tool", "name": "wait", "args": {"runId": run_id}}]),
+        );
+        if resumes {
+            assert_eq!(result(&waited[0])["value"], "again", "{}", waited[0]);
+        } else {
+            assert_eq!(result(&waited[0])["status"], "failed", "{}", waited[0]);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

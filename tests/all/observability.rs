@@ -332,3 +332,61 @@ fn a_malformed_otlp_endpoint_is_refused() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// An MCP request's `_meta` `traceparent` parents the `exec` span: the
+/// span exported over OTLP is in the caller's trace, a child of the
+/// caller's span (MCP 2026-07-28 over stdio, no `initialize`).
+#[test]
+fn a_traceparent_in_mcp_meta_parents_the_exec_span() {
+    use std::io::{BufRead, Write};
+    let receiver = OtlpReceiver::start();
+    let dir = std::env::temp_dir().join(format!("quickcell-traceparent-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("quickcell.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[telemetry]\notlp_endpoint = \"http://127.0.0.1:{}\"\n",
+            receiver.port
+        ),
+    )
+    .unwrap();
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_quickcell"))
+        .args(["serve", "--config", config.to_str().unwrap(), "--state-dir"])
+        .arg(dir.join("state"))
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "00f067aa0ba902b7";
+    let request = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "exec", "arguments": {"title": "t", "code": "return 7;"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {},
+                  "traceparent": format!("00-{trace}-{parent}-01")}}});
+    let mut stdin = server.stdin.take().unwrap();
+    writeln!(stdin, "{request}").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["value"], 7,
+        "{answer}"
+    );
+    // The exporter flushes when the process exits.
+    drop(stdin);
+    server.wait().unwrap();
+    let (spans, _) = receiver.spans();
+    let exec: Vec<_> = spans.iter().filter(|s| s.0 == "exec").collect();
+    assert_eq!(exec.len(), 1, "{spans:?}");
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(hex(&exec[0].4), trace);
+    assert_eq!(hex(&exec[0].3), parent);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -901,3 +901,94 @@ fn a_cancel_on_one_host_takes_effect_on_the_host_holding_the_run() {
     );
     let _ = std::fs::remove_file(&pid_file);
 }
+
+/// MCP 2026-07-28 over HTTP has no sessions: a run belongs to the
+/// principal whose token parked it. Two `serve --http` hosts share one
+/// database: a run parked through host A resumes through host B, for the
+/// same principal, with a request that names nothing but its run id; for
+/// another principal it does not exist.
+#[test]
+fn a_2026_07_28_run_parked_on_one_host_resumes_on_another_for_its_principal_only() {
+    use crate::http::{post, rpc_message};
+    let url = quickcell::testing::postgres_database();
+    let dir = workdir();
+    std::fs::write(
+        dir.join("tokens"),
+        "# principal token\nalice t0k3n-of-alice\nmallory t0k3n-of-mallory\n",
+    )
+    .unwrap();
+    let key = key_file("modern");
+    let hosts: Vec<(crate::mcp::HttpServer, u16)> = (0..2)
+        .map(|_| {
+            let mut chosen = 0;
+            let server = crate::mcp::HttpServer::spawn(|port| {
+                chosen = port;
+                let mut command = Command::new(env!("CARGO_BIN_EXE_quickcell"));
+                command
+                    .current_dir(&dir)
+                    .args(["serve", "--http", &format!("127.0.0.1:{port}")])
+                    .args(["--auth-token-file", "tokens"])
+                    .arg("--state-key-file")
+                    .arg(&key)
+                    .env("QUICKCELL_STATE_URL", &url);
+                command
+            });
+            (server, chosen)
+        })
+        .collect();
+    let call = |port: u16, token: &str, id: u64, name: &str, arguments: Value| {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}});
+        let response = post(
+            port,
+            &[
+                &format!("Authorization: Bearer {token}"),
+                "MCP-Protocol-Version: 2026-07-28",
+                "Mcp-Method: tools/call",
+                &format!("Mcp-Name: {name}"),
+            ],
+            &body.to_string(),
+        );
+        assert_eq!(response.status, 200, "{}", response.body);
+        assert_eq!(response.header("mcp-session-id"), None);
+        rpc_message(&response)["result"]["structuredContent"].clone()
+    };
+    let (a, b) = (hosts[0].1, hosts[1].1);
+    let parked = call(
+        a,
+        "t0k3n-of-alice",
+        1,
+        "exec",
+        serde_json::json!({"title": "park", "code": "await yield_control(); return 'resumed elsewhere';"}),
+    );
+    assert_eq!(parked["status"], "waiting", "{parked}");
+    let run = parked["runId"].as_str().unwrap().to_string();
+    // Another principal, on either host: no such run (nothing leaks).
+    for port in [a, b] {
+        let refused = call(
+            port,
+            "t0k3n-of-mallory",
+            2,
+            "wait",
+            serde_json::json!({"runId": run}),
+        );
+        assert_eq!(refused["status"], "failed", "{refused}");
+        assert_eq!(refused["code"], "invalid_input", "{refused}");
+        assert_eq!(
+            refused["error"], "code mode run is unavailable or expired.",
+            "{refused}"
+        );
+    }
+    // Its principal, on the other host.
+    let done = call(
+        b,
+        "t0k3n-of-alice",
+        3,
+        "wait",
+        serde_json::json!({"runId": run}),
+    );
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["value"], "resumed elsewhere", "{done}");
+}

@@ -321,7 +321,7 @@ pub(crate) async fn exec(
     // for every seed; the catalog's members are built once per runtime.
     let options = format!(
         r#"{{"memoryLimitBytes":{},"randomSeed":"{:016x}",{}}}"#,
-        env.limits.memory_limit_bytes(),
+        input.memory_limit_within(env.limits.memory_limit_bytes()),
         rand_seed(),
         tools.start_options,
     );
@@ -436,6 +436,14 @@ pub(crate) async fn wait(
             };
         }
         Ok(Err(refused)) => {
+            let refused = match refused {
+                ClaimRefused::OtherAgentRun | ClaimRefused::OtherSession
+                    if input.controls().conceal_owners =>
+                {
+                    ClaimRefused::Unavailable
+                }
+                other => other,
+            };
             return input_failure(refusal_message(refused, env.tools), (env.telemetry)());
         }
         Err(e) => {

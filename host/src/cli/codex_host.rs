@@ -11,6 +11,15 @@ pub(super) struct CodexHostArgs {
     /// connection.
     #[arg(long, value_name = "NAME")]
     pub(super) scope: Option<String>,
+    /// Leave `code_mode_host_duration_ns` out of runtime responses, for
+    /// Codex releases up to 0.151, which refuse it (later ones require it).
+    #[arg(long)]
+    pub(super) no_host_duration: bool,
+    /// What Codex passes when it wants its gRPC transport
+    /// (`--listen grpc+stdio://`), which quickcell does not speak: refused
+    /// with the setting that turns it off.
+    #[arg(long, hide = true, value_name = "URL")]
+    pub(super) listen: Option<String>,
     #[command(flatten)]
     pub(super) catalog: CatalogArgs,
     #[command(flatten)]
@@ -21,14 +30,20 @@ pub(super) struct CodexHostArgs {
 /// until Codex closes stdin or a SIGTERM/SIGINT (which parks or ends the
 /// cells in progress, as `serve` does).
 pub(super) async fn codex_host(args: CodexHostArgs) -> ExitCode {
+    if let Some(url) = &args.listen {
+        eprintln!(
+            "quickcell: codex-host speaks Codex's framed-JSON code-mode protocol on stdio, not its gRPC transport (`--listen {url}`): set `code_mode_host_grpc = false` under `[features]` in Codex's config.toml"
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match build_runtime(&args.catalog, &args.state).await {
         Ok(r) => std::sync::Arc::new(r),
         Err(code) => return code,
     };
-    let options = match args.scope {
-        Some(scope) => quickcell::CodexOptions::default().with_scope(scope),
-        None => quickcell::CodexOptions::default(),
-    };
+    let mut options = quickcell::CodexOptions::default().with_host_duration(!args.no_host_duration);
+    if let Some(scope) = args.scope {
+        options = options.with_scope(scope);
+    }
     let served = quickcell::serve_codex(
         runtime.clone(),
         options,

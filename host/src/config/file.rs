@@ -39,7 +39,8 @@ use toml::Spanned;
 /// Parses configuration text.
 pub(super) fn parse(text: &str) -> Result<Config, Problem> {
     let document = toml::de::Deserializer::parse(text).map_err(|e| Problem::malformed(text, &e))?;
-    let raw = RawConfig::deserialize(document).map_err(|e| Problem::from_serde(Some(text), &e))?;
+    let mut raw =
+        RawConfig::deserialize(document).map_err(|e| Problem::from_serde(Some(text), &e))?;
     Ok(Config {
         limits: raw.limits.map_or_else(Limits::default, RawLimits::limits),
         host: match raw.host {
@@ -52,6 +53,10 @@ pub(super) fn parse(text: &str) -> Result<Config, Problem> {
             None => Vec::new(),
         },
         workspace_root: raw.workspace.and_then(|w| w.root).map(PathBuf::from),
+        mcp: match &mut raw.mcp {
+            Some(mcp) => mcp.options(text)?,
+            None => super::McpOptions::default(),
+        },
         mcp_servers: match raw.mcp.and_then(|mcp| mcp.servers) {
             Some(servers) => mcp_servers(text, servers)?,
             None => Vec::new(),
@@ -341,6 +346,17 @@ fn strict(
     text: &str,
     key: &str,
     value: Option<Spanned<Setting>>,
+    range: (u64, u64),
+) -> Result<Option<u64>, Problem> {
+    strict_in(text, "host", key, value, range)
+}
+
+/// [`strict`] for a key of the table `table`.
+fn strict_in(
+    text: &str,
+    table: &str,
+    key: &str,
+    value: Option<Spanned<Setting>>,
     (min, max): (u64, u64),
 ) -> Result<Option<u64>, Problem> {
     let Some(value) = value else {
@@ -362,7 +378,7 @@ fn strict(
             Err(Problem::at(
                 text,
                 span,
-                format!("`host.{key}`: must be an integer from {min} to {max}{what}, got {got}"),
+                format!("`{table}.{key}`: must be an integer from {min} to {max}{what}, got {got}"),
             ))
         }
     }
@@ -561,6 +577,66 @@ fn toml_to_json(v: &toml::Value) -> Result<Value, String> {
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawMcp {
     servers: Option<BTreeMap<String, Spanned<RawServer>>>,
+    tools_ttl_ms: Option<Spanned<Setting>>,
+    cache_scope: Option<Spanned<String>>,
+    principal: Option<Spanned<String>>,
+    task_ttl_ms: Option<Spanned<Setting>>,
+}
+
+impl RawMcp {
+    /// The `[mcp]` keys other than `servers` (taken from `self`).
+    fn options(&mut self, text: &str) -> Result<super::McpOptions, Problem> {
+        let mut options = super::McpOptions::default();
+        if let Some(ms) = strict_in(
+            text,
+            "mcp",
+            "tools_ttl_ms",
+            self.tools_ttl_ms.take(),
+            (0, super::MAX_TOOLS_TTL_MS),
+        )? {
+            options.tools_ttl_ms = ms;
+        }
+        if let Some(ms) = strict_in(
+            text,
+            "mcp",
+            "task_ttl_ms",
+            self.task_ttl_ms.take(),
+            (1_000, super::MAX_TASK_TTL_MS),
+        )? {
+            options.task_ttl_ms = ms;
+        }
+        if let Some(scope) = self.cache_scope.take() {
+            let span = scope.span();
+            options.cache_public = match scope.into_inner().as_str() {
+                "public" => true,
+                "private" => false,
+                other => {
+                    return Err(Problem::at(
+                        text,
+                        span,
+                        format!(
+                            "`mcp.cache_scope`: must be \"public\" or \"private\", got {other:?}"
+                        ),
+                    ))
+                }
+            };
+        }
+        if let Some(principal) = self.principal.take() {
+            let span = principal.span();
+            let principal = principal.into_inner();
+            if !super::valid_principal(&principal) {
+                return Err(Problem::at(
+                    text,
+                    span,
+                    format!(
+                        "`mcp.principal`: must be 1 to 64 of A-Z a-z 0-9 . _ -, got {principal:?}"
+                    ),
+                ));
+            }
+            options.principal = Some(principal);
+        }
+        Ok(options)
+    }
 }
 
 /// One `[mcp.servers.NAME]` table (the keys are documented in

@@ -171,7 +171,7 @@ fn an_unknown_key_in_any_table_names_the_key_and_line() {
         ("[http]\nmax_body = 5\n", "line 2, column 1: unknown key `http.max_body`; known keys: max_body_bytes, max_sessions, session_idle_seconds, allowed_origins, allowed_hosts, auth_token_file"),
         ("[workspace]\nroot = \"/\"\nroots = \"/\"\n", "line 3, column 1: unknown key `workspace.roots`; known keys: root"),
         (&format!("{tool}{tool}replay = true\n")[..], "line 11, column 1: tools[1]: unknown key `replay`; known keys: name, description, input_schema, output_schema, command, replay_safe, timeout_ms"),
-        ("[mcp]\nserver = {}\n", "line 2, column 1: unknown key `mcp.server`; known keys: servers"),
+        ("[mcp]\nserver = {}\n", "line 2, column 1: unknown key `mcp.server`; known keys: servers, tools_ttl_ms, cache_scope, principal, task_ttl_ms"),
         ("[mcp.servers.a]\ncommand = \"x\"\nargv = []\n", "line 3, column 1: unknown key `mcp.servers.a.argv`; known keys: command, args, env, url, timeout_ms"),
         ("mcp.servers.a = { url = \"http://h\", timeout = 1 }\n", "line 1, column 37: unknown key `mcp.servers.a.timeout`; known keys: command, args, env, url, timeout_ms"),
     ] {
@@ -468,4 +468,35 @@ fn quotas_are_read_and_non_positive_means_none() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("quotas.fuel"), "{e}");
+}
+
+#[test]
+fn the_mcp_table_sets_cache_hints_and_the_stdio_principal() {
+    let m = |text: &str| super::parse(text).unwrap().mcp;
+    assert_eq!(m(""), crate::McpOptions::default());
+    assert_eq!(m("").tools_ttl_ms, 3_600_000);
+    let set = m("[mcp]\ntools_ttl_ms = 0\ncache_scope = \"private\"\nprincipal = \"ci.bot-1\"\n");
+    assert_eq!(set.tools_ttl_ms, 0);
+    assert!(!set.cache_public);
+    assert_eq!(set.principal.as_deref(), Some("ci.bot-1"));
+    assert_eq!(
+        m("[mcp]\ntools_ttl_ms = 86400000\n").tools_ttl_ms,
+        86_400_000
+    );
+    assert_eq!(m("").task_ttl_ms, 3_600_000);
+    assert_eq!(m("[mcp]\ntask_ttl_ms = 1000\n").task_ttl_ms, 1_000);
+    // With servers in the same table.
+    let both = super::parse("[mcp]\ntools_ttl_ms = 5\n[mcp.servers.a]\ncommand = \"x\"\n").unwrap();
+    assert_eq!((both.mcp.tools_ttl_ms, both.mcp_servers.len()), (5, 1));
+    for (text, want) in [
+        ("[mcp]\ntools_ttl_ms = 86400001\n", "line 2, column 16: `mcp.tools_ttl_ms`: must be an integer from 0 to 86400000, got 86400001"),
+        ("[mcp]\ntools_ttl_ms = -1\n", "`mcp.tools_ttl_ms`: must be an integer from 0 to 86400000, got -1"),
+        ("[mcp]\ncache_scope = \"shared\"\n", "line 2, column 15: `mcp.cache_scope`: must be \"public\" or \"private\", got \"shared\""),
+        ("[mcp]\nprincipal = \"a b\"\n", "`mcp.principal`: must be 1 to 64 of A-Z a-z 0-9 . _ -, got \"a b\""),
+        ("[mcp]\nprincipal = \"\"\n", "`mcp.principal`: must be 1 to 64"),
+        ("[mcp]\ntask_ttl_ms = 999\n", "`mcp.task_ttl_ms`: must be an integer from 1000 to 604800000, got 999"),
+    ] {
+        let got = error(text);
+        assert!(got.contains(want), "{text:?}: {got}");
+    }
 }

@@ -519,6 +519,56 @@ pub struct Config {
     /// `[state] key_file`: the file of the key that authenticates stored
     /// snapshots ([`crate::RuntimeBuilder::state_key`]).
     pub state_key_file: Option<PathBuf>,
+    /// `[mcp]` (beside `[mcp.servers]`): how `quickcell serve` answers
+    /// MCP 2026-07-28 requests.
+    pub mcp: McpOptions,
+}
+
+/// How `quickcell serve` answers MCP 2026-07-28 requests, set by `[mcp]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpOptions {
+    /// `tools_ttl_ms`: how long a client may keep `tools/list` (and
+    /// `server/discover`) without asking again, in milliseconds, from 0 to
+    /// [`MAX_TOOLS_TTL_MS`]. Default: 3,600,000 (one hour): the tool list
+    /// changes only with the configuration, which a restart reads.
+    pub tools_ttl_ms: u64,
+    /// `cache_scope`: whether the list may be shared between principals
+    /// (`"public"`, the default: it does not depend on who asks) or only
+    /// reused by the same one (`"private"`).
+    pub cache_public: bool,
+    /// `principal`: the principal of 2026-07-28 requests over stdio, which
+    /// then own their runs across connections (as a token's principal does
+    /// over HTTP). Absent (the default): each stdio connection is its own
+    /// scope.
+    pub principal: Option<String>,
+    /// `task_ttl_ms`: how long an MCP task lives from its creation, in
+    /// milliseconds, from 1,000 to [`MAX_TASK_TTL_MS`]. Default: 3,600,000.
+    pub task_ttl_ms: u64,
+}
+
+/// The longest `[mcp] task_ttl_ms`: seven days.
+pub const MAX_TASK_TTL_MS: u64 = 604_800_000;
+
+/// Whether `name` may name a principal: 1 to 64 of `A-Za-z0-9._-`.
+pub(crate) fn valid_principal(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The longest `[mcp] tools_ttl_ms`: one day.
+pub const MAX_TOOLS_TTL_MS: u64 = 86_400_000;
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            tools_ttl_ms: 3_600_000,
+            cache_public: true,
+            principal: None,
+            task_ttl_ms: 3_600_000,
+        }
+    }
 }
 
 /// Most bytes a state URL (`[state] url`, `--state-url`,

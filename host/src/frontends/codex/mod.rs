@@ -16,7 +16,8 @@
 //! - `connection`: the handshake, sessions (`session/open`, `/shutdown`),
 //!   cells (`session/execute` with a host-chosen or a client-chosen
 //!   `cellId`, `execute/initialResponse`, `session/wait`,
-//!   `session/terminate`, `cell/closed`), `operation/cancel`, and the
+//!   `session/terminate`, `cell/closed`), `operation/cancel`,
+//!   `operation/yield` (capability `yield-observation`), and the
 //!   reverse calls: a nested tool call or `notify()` parks the cell (its
 //!   snapshot is taken, as for any tool) and goes to the client as
 //!   `delegate/request`; the answer resumes it; a terminated cell's calls
@@ -42,6 +43,10 @@ pub const CODEX_PROTOCOL_VERSION: u32 = 1;
 
 /// The capability that lets `session/open` carry `cellExecutionLimits`.
 pub(crate) const RESOURCE_LIMITS_CAPABILITY: &str = "session-cell-execution-resource-limits";
+
+/// The capability that lets the client end an observation early with
+/// `operation/yield`, the cell going on.
+pub(crate) const YIELD_OBSERVATION_CAPABILITY: &str = "yield-observation";
 
 /// Longest yield a request may ask for, in milliseconds (the protocol's
 /// `wait` is capped at 300 s).
@@ -78,8 +83,8 @@ impl Default for CodexLimits {
     }
 }
 
-/// How a Codex connection keeps its sessions.
-#[derive(Debug, Clone, Default)]
+/// How a Codex connection keeps its sessions and speaks to its client.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct CodexOptions {
     /// The namespace of the connection's sessions in the state store.
@@ -91,12 +96,34 @@ pub struct CodexOptions {
     /// client that closes its end leaves the cells waiting on it parked.
     /// Without one (the default) sessions end with their connection.
     pub scope: Option<String>,
+    /// Whether each `Yielded` / `Terminated` / `Result` carries
+    /// `code_mode_host_duration_ns`, the host's time from receiving the
+    /// request to having its outcome ready. Codex releases from about
+    /// 0.152 require the field; earlier ones refuse it as an unknown field
+    /// and end the connection. Default: `true`.
+    pub report_host_duration: bool,
+}
+
+impl Default for CodexOptions {
+    fn default() -> Self {
+        Self {
+            scope: None,
+            report_host_duration: true,
+        }
+    }
 }
 
 impl CodexOptions {
     /// Keeps sessions in the state store under `scope`.
     pub fn with_scope(mut self, scope: impl Into<String>) -> Self {
         self.scope = Some(scope.into());
+        self
+    }
+
+    /// Sets [`CodexOptions::report_host_duration`]: `false` for a Codex
+    /// release up to 0.151.
+    pub fn with_host_duration(mut self, report: bool) -> Self {
+        self.report_host_duration = report;
         self
     }
 }
@@ -115,12 +142,5 @@ pub async fn serve_codex(
     reader: impl AsyncRead + Unpin,
     writer: impl AsyncWrite + Unpin + Send + 'static,
 ) -> std::io::Result<()> {
-    connection::serve(
-        runtime,
-        CodexLimits::default(),
-        options.scope,
-        reader,
-        writer,
-    )
-    .await
+    connection::serve(runtime, CodexLimits::default(), options, reader, writer).await
 }

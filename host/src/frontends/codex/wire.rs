@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::time::{Duration, Instant};
 
 /// A client message (Codex → host).
 #[derive(Debug, Clone, Deserialize)]
@@ -25,6 +26,10 @@ pub(crate) enum ClientMessage {
     Request { id: i64, request: HostRequest },
     #[serde(rename = "operation/cancel")]
     Cancel { id: i64 },
+    /// Ends the observation of request `id` (an execute's first, or a
+    /// wait) now, the cell going on (capability `yield-observation`).
+    #[serde(rename = "operation/yield")]
+    Yield { id: i64 },
     #[serde(rename = "delegate/response")]
     DelegateResponse {
         id: i64,
@@ -227,21 +232,133 @@ pub(crate) enum WaitOutcome {
 }
 
 /// What a cell has to say.
+///
+/// `code_mode_host_duration_ns` is the host's time from receiving the
+/// request to having its outcome ready; a `Result`'s
+/// `result_buffered_for_ns` is how long the cell's end waited for that
+/// request (0 when it came while observed). Codex releases from about
+/// 0.152 require the first; earlier ones refuse both as unknown fields, so
+/// they are left out (`None`) for them
+/// (`CodexOptions::report_host_duration`).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) enum RuntimeResponse {
     Yielded {
         cell_id: String,
         content_items: Vec<ContentItem>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code_mode_host_duration_ns: Option<u64>,
     },
     Terminated {
         cell_id: String,
         content_items: Vec<ContentItem>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code_mode_host_duration_ns: Option<u64>,
     },
     Result {
         cell_id: String,
         content_items: Vec<ContentItem>,
         error_text: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result_buffered_for_ns: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        code_mode_host_duration_ns: Option<u64>,
     },
+}
+
+impl RuntimeResponse {
+    /// A `Yielded` of `cell_id` with `content_items`.
+    pub(crate) fn yielded(cell_id: String, content_items: Vec<ContentItem>) -> Self {
+        Self::Yielded {
+            cell_id,
+            content_items,
+            code_mode_host_duration_ns: None,
+        }
+    }
+
+    /// A `Terminated` of `cell_id` with `content_items`.
+    pub(crate) fn terminated(cell_id: String, content_items: Vec<ContentItem>) -> Self {
+        Self::Terminated {
+            cell_id,
+            content_items,
+            code_mode_host_duration_ns: None,
+        }
+    }
+
+    /// A `Result` of `cell_id` with `content_items` (`error_text`: it
+    /// failed).
+    pub(crate) fn result(
+        cell_id: String,
+        content_items: Vec<ContentItem>,
+        error_text: Option<String>,
+    ) -> Self {
+        Self::Result {
+            cell_id,
+            content_items,
+            error_text,
+            result_buffered_for_ns: None,
+            code_mode_host_duration_ns: None,
+        }
+    }
+
+    /// A `Result` whose end waited from `ended` for the request received
+    /// at `received`.
+    pub(crate) fn buffered(mut self, ended: Option<Instant>, received: Instant) -> Self {
+        if let Self::Result {
+            result_buffered_for_ns,
+            ..
+        } = &mut self
+        {
+            let waited = ended.map_or(Duration::ZERO, |ended| {
+                received.saturating_duration_since(ended)
+            });
+            *result_buffered_for_ns = Some(nanos(waited));
+        }
+        self
+    }
+
+    /// The response without its timings (Codex up to 0.151).
+    pub(crate) fn untimed(mut self) -> Self {
+        if let Self::Result {
+            result_buffered_for_ns,
+            ..
+        } = &mut self
+        {
+            *result_buffered_for_ns = None;
+        }
+        self
+    }
+
+    /// The response with the host's duration since `received` (and a
+    /// `Result`'s buffered time, 0 unless set).
+    pub(crate) fn timed(mut self, received: Instant) -> Self {
+        let nanos = nanos(received.elapsed());
+        if let Self::Result {
+            result_buffered_for_ns,
+            ..
+        } = &mut self
+        {
+            result_buffered_for_ns.get_or_insert(0);
+        }
+        match &mut self {
+            Self::Yielded {
+                code_mode_host_duration_ns,
+                ..
+            }
+            | Self::Terminated {
+                code_mode_host_duration_ns,
+                ..
+            }
+            | Self::Result {
+                code_mode_host_duration_ns,
+                ..
+            } => *code_mode_host_duration_ns = Some(nanos),
+        }
+        self
+    }
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// An output item (the protocol names every kind `input_…`).

@@ -77,11 +77,11 @@ use std::sync::{
 
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest, CustomResult,
-        ElicitRequestParams, ElicitationAction, ErrorCode, Implementation, InitializeRequestParams,
-        InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
-        ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities,
-        ServerConfig, Tool,
+        CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest,
+        CustomResult, DiscoverResult, ElicitRequestParams, ElicitationAction, ErrorCode,
+        Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        ServerCapabilities, ServerConfig, Tool,
     },
     service::{ElicitationMode, Peer, RequestContext},
     ErrorData, RoleServer, ServerHandler,
@@ -94,13 +94,20 @@ use crate::approval::{Approval, ApprovalRequest, Approver};
 use crate::error::Error;
 use crate::progress::Progress;
 use crate::result::CellResult;
-use crate::store::Owner;
 use crate::Runtime;
 use tool_search::CatalogReply;
-pub use transport::HttpOptions;
+pub use transport::{HttpOptions, DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, MAX_PRINCIPALS};
 
+mod service;
+mod tasks;
 mod tool_search;
 mod transport;
+
+pub use tasks::MAX_TASKS_PER_SCOPE;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// How the MCP request behind an `exec` or `wait` controls it.
 #[derive(Clone, Default)]
@@ -113,6 +120,11 @@ pub(crate) struct CallControl {
     /// Asks the client about calls that need an approval, when it
     /// supports elicitation ([`ElicitingApprover`]).
     pub approver: Option<Arc<dyn Approver>>,
+    /// The call is a principal's (MCP 2026-07-28 over HTTP): another
+    /// owner's run is refused as no run at all.
+    pub conceal_owners: bool,
+    /// The request's `_meta` `traceparent` and `tracestate`.
+    pub trace_context: Option<(String, Option<String>)>,
 }
 
 impl From<CallControl> for crate::input::CallControls {
@@ -122,6 +134,8 @@ impl From<CallControl> for crate::input::CallControls {
             progress: Some(call.progress),
             approver: crate::approval::ApproverSlot(call.approver),
             policy: None,
+            conceal_owners: call.conceal_owners,
+            trace_context: call.trace_context,
         }
     }
 }
@@ -189,6 +203,21 @@ pub(crate) trait CellService: Send + Sync + 'static {
     /// Refreshes the gauges that are read rather than counted (parked
     /// runs) before the metrics are rendered.
     async fn refresh_gauges(&self);
+    /// The record of task `task_id` of `scope` ([`tasks`]).
+    async fn task_record(
+        &self,
+        scope: &str,
+        task_id: &str,
+    ) -> Result<Option<tasks::TaskRecord>, String>;
+    /// Writes (`Some`) or deletes (`None`) the record of task `task_id`.
+    async fn set_task_record(
+        &self,
+        scope: &str,
+        task_id: &str,
+        record: Option<&tasks::TaskRecord>,
+    ) -> Result<(), String>;
+    /// Every task record of `scope`.
+    async fn task_records(&self, scope: &str) -> Result<Vec<(String, tasks::TaskRecord)>, String>;
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
     /// The bounded directory of trusted host tools (tool-search.md §11).
@@ -353,6 +382,17 @@ async fn report_progress(peer: Peer<RoleServer>, token: ProgressToken, progress:
     }
 }
 
+/// Whether the request is of a revision without sessions (2026-07-28 on).
+fn stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| !v.has_initialize())
+}
+
+/// The scope of a principal's MCP 2026-07-28 requests starts so, then
+/// names the principal (MCP session ids start `mcp-`).
+const PRINCIPAL_SCOPE: &str = "principal:";
+
 /// A fresh MCP session id: `mcp-` and a random UUID.
 fn new_session_id() -> Arc<str> {
     format!("mcp-{}", uuid::Uuid::new_v4()).into()
@@ -492,24 +532,94 @@ struct McpServer<S: CellService> {
     initialized: AtomicBool,
     /// HTTP only: the id shared by requests served without an MCP session.
     sessionless: Option<Arc<str>>,
+    /// `[mcp]`: cache hints, and the principal of stdio's 2026-07-28
+    /// requests.
+    options: Arc<crate::McpOptions>,
+    /// The runs this process drives as tasks, shared by every handler.
+    drivers: Arc<tasks::TaskDrivers>,
+    /// HTTP: the principal whose token opened this MCP session
+    /// (`initialize`); requests of another principal are refused.
+    owner: std::sync::Mutex<Option<Arc<str>>>,
 }
 
 impl<S: CellService> McpServer<S> {
     /// A handler with a fresh session id.
-    fn new(service: Arc<S>, mode: ServeMode, sessionless: Option<Arc<str>>) -> Self {
+    fn new(
+        service: Arc<S>,
+        mode: ServeMode,
+        sessionless: Option<Arc<str>>,
+        options: Arc<crate::McpOptions>,
+        drivers: Arc<tasks::TaskDrivers>,
+    ) -> Self {
         Self {
             service,
             mode,
             session: new_session_id(),
             initialized: AtomicBool::new(false),
             sessionless,
+            options,
+            drivers,
+            owner: std::sync::Mutex::default(),
         }
     }
 
-    /// The session id to hand to the service for a call on this handler.
-    fn scope(&self) -> Arc<str> {
+    /// The principal the HTTP guard found for the request, if any.
+    fn principal(context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<transport::Principal>())
+            .map(|principal| principal.0.clone())
+    }
+
+    /// The principal scope of a `tasks/*` request, or the error it gets:
+    /// `-32021` when it does not declare the extension, `-32602` (as for
+    /// an unknown task) when it has no principal.
+    fn task_scope(
+        &self,
+        context: &RequestContext<RoleServer>,
+        task_id: &str,
+    ) -> Result<Arc<str>, ErrorData> {
+        if !context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+        {
+            return Err(tasks::tasks_not_declared());
+        }
+        let scope = self.scope(context);
+        if !scope.starts_with(PRINCIPAL_SCOPE) {
+            return Err(tasks::unknown_task(task_id));
+        }
+        Ok(scope)
+    }
+
+    /// The cache hints of `tools/list` and `server/discover`.
+    fn cache_hints(&self) -> (u64, CacheScope) {
+        let scope = if self.options.cache_public {
+            CacheScope::Public
+        } else {
+            CacheScope::Private
+        };
+        (self.options.tools_ttl_ms, scope)
+    }
+
+    /// The session id to hand to the service for a call on this handler:
+    /// its MCP session's, or (HTTP, MCP 2026-07-28, no session) the
+    /// request's principal's, `principal:<name>`, the same on every host;
+    /// over stdio, a 2026-07-28 request is `[mcp] principal`'s when one is
+    /// configured.
+    fn scope(&self, context: &RequestContext<RoleServer>) -> Arc<str> {
+        if let (None, Some(principal), true) = (
+            &self.sessionless,
+            &self.options.principal,
+            stateless(context),
+        ) {
+            return Arc::from(format!("{PRINCIPAL_SCOPE}{principal}"));
+        }
         match &self.sessionless {
-            Some(shared) if !self.initialized.load(Ordering::Acquire) => shared.clone(),
+            Some(shared) if !self.initialized.load(Ordering::Acquire) => Self::principal(context)
+                .map(|principal| Arc::from(format!("{PRINCIPAL_SCOPE}{principal}")))
+                .unwrap_or_else(|| shared.clone()),
             _ => self.session.clone(),
         }
     }
@@ -542,16 +652,12 @@ impl<S: CellService> McpServer<S> {
 }
 
 impl<S: CellService> ServerHandler for McpServer<S> {
-    /// Over HTTP only revisions with MCP sessions (up to 2025-11-25) are
-    /// offered, so every client is its own scope: parked runs and the
-    /// session store are never shared between HTTP clients. Over stdio the
-    /// connection is the scope, so every revision is fine.
+    /// Every revision, over both transports: the version a request names
+    /// decides. Over HTTP a client that `initialize`s (up to 2025-11-25)
+    /// is its own scope; a 2026-07-28 request, which has no session, is
+    /// its principal's ([`McpServer::scope`]).
     fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [ProtocolVersion]> {
-        if self.sessionless.is_some() {
-            std::borrow::Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
-        } else {
-            std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
-        }
+        std::borrow::Cow::Borrowed(ProtocolVersion::KNOWN_VERSIONS)
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -564,7 +670,18 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 format!("{TOOL_SEARCH_INSTRUCTIONS}\n\n{}", self.service.directory())
             }
         };
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        // Code Mode's `exec` makes tasks (the Tasks extension of
+        // 2026-07-28, which rmcp routes only when it is advertised).
+        let capabilities = match self.mode {
+            ServeMode::Code => ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+            ServeMode::Tools | ServeMode::Directory => {
+                ServerCapabilities::builder().enable_tools().build()
+            }
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("quickcell", env!("CARGO_PKG_VERSION")))
             .with_instructions(instructions)
     }
@@ -577,6 +694,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         // The default body, plus marking this handler as session-bound.
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
+        *lock(&self.owner) = Self::principal(&context);
         self.initialized.store(true, Ordering::Release);
         tracing::debug!(
             session = %self.session,
@@ -590,14 +708,78 @@ impl<S: CellService> ServerHandler for McpServer<S> {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(
+        let mut result = ListToolsResult::with_all_items(
             Operation::offered(self.mode)
                 .iter()
                 .map(|&op| self.tool(op))
                 .collect(),
+        );
+        // Cache hints are part of 2026-07-28 (`[mcp] tools_ttl_ms`,
+        // `cache_scope`): the list changes only with the configuration.
+        if stateless(&context) {
+            let (ttl_ms, scope) = self.cache_hints();
+            result.ttl_ms = Some(ttl_ms);
+            result.cache_scope = Some(scope);
+        }
+        Ok(result)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let mut result = DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        );
+        (result.ttl_ms, result.cache_scope) = self.cache_hints();
+        Ok(result)
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        let scope = self.task_scope(&context, &request.task_id)?;
+        let record = tasks::live_record(&*self.service, &scope, &request.task_id).await?;
+        if !record.status.is_terminal() {
+            // A host that stopped left it parked: this one takes it over
+            // (one host resumes a run at a time).
+            tasks::drive(
+                self.service.clone(),
+                self.drivers.clone(),
+                scope.to_string(),
+                request.task_id.clone(),
+            );
+        }
+        Ok(rmcp::model::GetTaskResult::new(
+            record.detailed(&request.task_id),
         ))
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // quickcell's tasks ask for no input: a live task acknowledges
+        // (unknown keys are ignored, as the extension says).
+        let scope = self.task_scope(&context, &request.task_id)?;
+        tasks::live_record(&*self.service, &scope, &request.task_id)
+            .await
+            .map(drop)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let scope = self.task_scope(&context, &request.task_id)?;
+        tasks::cancel(&*self.service, &scope, &request.task_id).await
     }
 
     /// rmcp hands over a request whose params do not parse as its method's
@@ -645,8 +827,26 @@ impl<S: CellService> ServerHandler for McpServer<S> {
             ));
         };
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let session = self.scope();
+        // An MCP session opened by one principal's token is not another's.
+        if self.initialized.load(Ordering::Acquire) {
+            let owner = lock(&self.owner).clone();
+            if owner.is_some() && owner != Self::principal(&context) {
+                return Err(ErrorData::invalid_request(
+                    "this MCP session was opened with another principal's token",
+                    None,
+                ));
+            }
+        }
+        let session = self.scope(&context);
         let service = self.service.clone();
+        // A principal's `exec` that declares the Tasks extension: a cell
+        // that parks becomes a task ([`tasks`]).
+        let tasked = matches!(operation, Operation::Exec)
+            && session.starts_with(PRINCIPAL_SCOPE)
+            && context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+        let task_scope = session.clone();
         let elicits = context
             .peer
             .supported_elicitation_modes()
@@ -659,6 +859,13 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                     peer: context.peer.clone(),
                 }) as Arc<dyn Approver>
             }),
+            conceal_owners: session.starts_with(PRINCIPAL_SCOPE),
+            trace_context: context.meta.get_traceparent().map(|parent| {
+                (
+                    parent.to_string(),
+                    context.meta.get_tracestate().map(str::to_string),
+                )
+            }),
         };
         let reporter = match (operation, context.meta.get_progress_token()) {
             (Operation::Exec | Operation::Wait, Some(token)) => Some(AbortOnDrop(tokio::spawn(
@@ -670,17 +877,34 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         // instead of leaving it unanswered.
         let task = tokio::spawn(async move {
             match operation {
-                Operation::Exec => tool_result(service.exec(&session, args, control).await),
-                Operation::Wait => tool_result(service.wait(&session, args, control).await),
-                Operation::Catalog(op) => {
-                    catalog_result(service.catalog_operation(&session, op, args, control).await)
-                }
+                Operation::Exec => Ok(service.exec(&session, args, control).await),
+                Operation::Wait => Ok(service.wait(&session, args, control).await),
+                Operation::Catalog(op) => Err(catalog_result(
+                    service.catalog_operation(&session, op, args, control).await,
+                )),
             }
         });
         let joined = task.await;
         drop(reporter);
         match joined {
-            Ok(result) => Ok(result.into()),
+            Ok(Ok(CellResult::Waiting(waiting)))
+                if tasked && waiting.reason != crate::WaitReason::ClientTools =>
+            {
+                let created = tasks::create(
+                    &self.service,
+                    &self.drivers,
+                    &task_scope,
+                    &waiting.run_id,
+                    self.options.task_ttl_ms,
+                )
+                .await;
+                Ok(match created {
+                    Some(task) => CallToolResponse::Task(task),
+                    None => tool_result(CellResult::Waiting(waiting)).into(),
+                })
+            }
+            Ok(Ok(result)) => Ok(tool_result(result).into()),
+            Ok(Err(result)) => Ok(result.into()),
             Err(error) => {
                 tracing::error!(tool = operation.name(), %error, "the cell service failed");
                 Err(ErrorData::internal_error(
@@ -718,69 +942,6 @@ impl<S: CellService> Drop for McpServer<S> {
     }
 }
 
-/// One MCP session is both the agent run and the session of its cells.
-fn session_owner(session: &str) -> Owner {
-    Owner {
-        agent_run: session.to_string(),
-        session: session.to_string(),
-    }
-}
-
-#[async_trait::async_trait]
-impl CellService for Runtime {
-    async fn exec(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
-        self.exec_json_controlled(session_owner(session), &args, |input| {
-            input.with_controls(call.into())
-        })
-        .await
-    }
-
-    async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
-        self.wait_json_controlled(session_owner(session), &args, |input| {
-            input.with_controls(call.into())
-        })
-        .await
-    }
-
-    async fn close_session(&self, session: &str) {
-        match Runtime::close_session(self, &session_owner(session)).await {
-            Ok(closed) => tracing::debug!(session, ?closed, "MCP session closed"),
-            Err(e) => {
-                tracing::warn!(session, error = %e.chain_message(), "cannot release a closed MCP session")
-            }
-        }
-    }
-
-    async fn refresh_gauges(&self) {
-        if let Err(e) = self.parked_runs().await {
-            tracing::warn!(error = %e.chain_message(), "cannot count the parked runs for /metrics");
-        }
-    }
-
-    fn exec_description(&self) -> String {
-        Runtime::exec_description(self)
-    }
-
-    fn directory(&self) -> String {
-        self.catalog().directory()
-    }
-
-    async fn catalog_operation(
-        &self,
-        session: &str,
-        operation: CatalogOperation,
-        args: serde_json::Value,
-        call: CallControl,
-    ) -> CatalogReply {
-        use CatalogOperation as Op;
-        match operation {
-            Op::Search => self.tool_search(&args),
-            Op::Describe => self.tool_describe(&args),
-            Op::Call => self.tool_call(&args, session, call).await,
-        }
-    }
-}
-
 impl Runtime {
     /// Serves MCP over stdin/stdout (the tools `mode` names) until the
     /// client closes stdin. Each connection is one MCP session: its parked
@@ -798,7 +959,20 @@ impl Runtime {
         mode: ServeMode,
         shutdown: CancellationToken,
     ) -> Result<(), Error> {
-        transport::serve_stdio(self, mode, shutdown)
+        self.serve_mcp_stdio_with(mode, crate::McpOptions::default(), shutdown)
+            .await
+    }
+
+    /// [`Runtime::serve_mcp_stdio_until`] with `[mcp]`'s options: the cache
+    /// hints of `tools/list`, and the principal that owns the runs of
+    /// 2026-07-28 requests across connections.
+    pub async fn serve_mcp_stdio_with(
+        self: Arc<Self>,
+        mode: ServeMode,
+        options: crate::McpOptions,
+        shutdown: CancellationToken,
+    ) -> Result<(), Error> {
+        transport::serve_stdio(self, mode, options, shutdown)
             .await
             .map_err(|e| Error::runtime_unavailable("MCP over stdio", e))
     }

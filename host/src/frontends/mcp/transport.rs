@@ -36,9 +36,17 @@ use super::{new_session_id, CellService, McpServer, ServeMode};
 pub struct HttpOptions {
     /// Body, session and idle caps, and the accepted origins and hosts.
     pub limits: crate::config::HttpLimits,
-    /// The token (`Authorization: Bearer <token>`); `None` serves without
-    /// authentication, which only a loopback address may do.
+    /// The token (`Authorization: Bearer <token>`) of the principal
+    /// [`DEFAULT_PRINCIPAL`]; `None` (and no [`HttpOptions::principals`])
+    /// serves without authentication, which only a loopback address may
+    /// do.
     pub auth_token: Option<String>,
+    /// More principals, each `(name, token)`: a request is its token's
+    /// principal, which owns the runs it parks under MCP 2026-07-28.
+    pub principals: Vec<(String, String)>,
+    /// How MCP 2026-07-28 requests are answered (`[mcp]`; its
+    /// `principal` is for stdio and not used here).
+    pub mcp: crate::McpOptions,
     /// Cancel it to stop the server: it accepts no more connections and
     /// returns once the open ones have closed (cancel the runtime's cells
     /// or park them first: [`crate::Runtime::shutdown`]).
@@ -49,7 +57,7 @@ impl HttpOptions {
     /// Why serving on `addr` with these options is refused: a non-loopback
     /// address without a token would be reachable by others unauthenticated.
     pub fn refusal(&self, addr: SocketAddr) -> Option<String> {
-        (self.auth_token.is_none() && !addr.ip().is_loopback()).then(|| format!(
+        (self.auth_token.is_none() && self.principals.is_empty() && !addr.ip().is_loopback()).then(|| format!(
             "refusing to serve on {addr} without authentication: a non-loopback address is reachable by others. Give a token with --auth-token-file FILE (or QUICKCELL_AUTH_TOKEN), or bind a loopback address such as 127.0.0.1"
         ))
     }
@@ -68,16 +76,102 @@ impl HttpOptions {
         }
         Ok(token.to_string())
     }
+
+    /// These options with the tokens of an auth token file: one token
+    /// alone (the principal [`DEFAULT_PRINCIPAL`]), or lines of `PRINCIPAL
+    /// TOKEN` (blank lines and `#` comments skipped), at most
+    /// [`MAX_PRINCIPALS`].
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read, holds no token, a line has more than
+    /// two words, a principal is not 1–64 of `A-Za-z0-9._-` or comes
+    /// twice, or a token is used twice.
+    pub fn with_token_file(mut self, path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the auth token file {}: {e}", path.display()))?;
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .map(|(n, l)| (n + 1, l.trim()))
+            .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let place = |n: usize| format!("{} line {n}", path.display());
+        match lines.as_slice() {
+            [] => return Err(format!("the auth token file {} is empty", path.display())),
+            [(_, line)] if !line.contains(char::is_whitespace) => {
+                self.auth_token = Some(line.to_string());
+                return Ok(self);
+            }
+            _ => {}
+        }
+        if lines.len() > MAX_PRINCIPALS {
+            return Err(format!(
+                "the auth token file {} names {} principals; at most {MAX_PRINCIPALS}",
+                path.display(),
+                lines.len()
+            ));
+        }
+        let mut principals: Vec<(String, String)> = Vec::new();
+        for (n, line) in lines {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let [name, token] = words.as_slice() else {
+                return Err(format!(
+                    "{}: expected `PRINCIPAL TOKEN`, got {} words",
+                    place(n),
+                    words.len()
+                ));
+            };
+            if !valid_principal(name) {
+                return Err(format!(
+                    "{}: the principal `{name}` must be 1 to 64 of A-Z a-z 0-9 . _ -",
+                    place(n)
+                ));
+            }
+            if principals.iter().any(|(p, _)| p == name) {
+                return Err(format!("{}: the principal `{name}` comes twice", place(n)));
+            }
+            if principals.iter().any(|(_, t)| t == token) {
+                return Err(format!("{}: a token is used twice", place(n)));
+            }
+            principals.push((name.to_string(), token.to_string()));
+        }
+        self.principals = principals;
+        Ok(self)
+    }
 }
+
+/// The principal of the single token of [`HttpOptions::auth_token`].
+pub const DEFAULT_PRINCIPAL: &str = "default";
+
+/// The principal of requests to a server without tokens (loopback only).
+pub const LOCAL_PRINCIPAL: &str = "local";
+
+/// Most principals an auth token file may name.
+pub const MAX_PRINCIPALS: usize = 1024;
+
+use crate::config::valid_principal;
+
+/// The authenticated principal of an HTTP request, put in its extensions
+/// by the guard.
+#[derive(Debug, Clone)]
+pub(crate) struct Principal(pub(crate) Arc<str>);
 
 /// Serves MCP over stdin/stdout until the client closes stdin or `shutdown`
 /// is cancelled. The connection is one MCP session with one session id.
 pub(crate) async fn serve_stdio<S: CellService>(
     service: Arc<S>,
     mode: ServeMode,
+    options: crate::McpOptions,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let server = McpServer::new(service.clone(), mode, None);
+    let server = McpServer::new(
+        service.clone(),
+        mode,
+        None,
+        Arc::new(options),
+        Arc::default(),
+    );
     let session = server.session.clone();
     tracing::debug!(%session, "serving MCP over stdio");
     let (stdin, stdout) = rmcp::transport::stdio();
@@ -224,19 +318,33 @@ pub(crate) async fn serve_http<S: CellService>(
         config.allowed_hosts.clear();
     }
     let metrics_service = service.clone();
+    let mcp_options = Arc::new(options.mcp.clone());
+    let drivers = Arc::new(super::tasks::TaskDrivers::default());
     let mcp = StreamableHttpService::new(
         move || {
             Ok(McpServer::new(
                 service.clone(),
                 mode,
                 Some(sessionless.clone()),
+                mcp_options.clone(),
+                drivers.clone(),
             ))
         },
         sessions.clone(),
         config,
     );
     let guard_state = Arc::new(Guard {
-        token_digest: options.auth_token.as_deref().map(token_digest),
+        tokens: options
+            .auth_token
+            .iter()
+            .map(|t| (Arc::<str>::from(DEFAULT_PRINCIPAL), token_digest(t)))
+            .chain(
+                options
+                    .principals
+                    .iter()
+                    .map(|(name, t)| (Arc::<str>::from(name.as_str()), token_digest(t))),
+            )
+            .collect(),
         limits,
         bind: addr,
         sessions,
@@ -340,8 +448,9 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What [`guard`] checks requests against.
 struct Guard {
-    /// SHA-256 of the bearer token, compared in constant time.
-    token_digest: Option<[u8; 32]>,
+    /// Each principal with the SHA-256 of its bearer token (compared in
+    /// constant time); none: no authentication.
+    tokens: Vec<(Arc<str>, [u8; 32])>,
     limits: crate::config::HttpLimits,
     /// The address the server is bound to (its name is an accepted `Host`).
     bind: SocketAddr,
@@ -357,28 +466,32 @@ fn token_digest(token: &str) -> [u8; 32] {
 
 impl Guard {
     /// Whether the request carries the token (always, when none is set).
-    fn authorized(&self, request: &Request<Body>) -> bool {
-        let Some(expected) = &self.token_digest else {
-            return true;
-        };
+    /// The request's principal, when it is authorized.
+    fn authorized(&self, request: &Request<Body>) -> Option<Arc<str>> {
+        if self.tokens.is_empty() {
+            return Some(LOCAL_PRINCIPAL.into());
+        }
         // The scheme is case-insensitive (RFC 9110 §11.1).
-        let Some(given) = request
+        let given = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token)
-        else {
-            return false;
-        };
-        // Digests have one length, and every byte is compared.
+            .map(|(_, token)| token)?;
+        // Digests have one length, and every byte of every one is compared.
         let given = token_digest(given.trim());
-        given
-            .iter()
-            .zip(expected.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        let mut found = None;
+        for (principal, expected) in &self.tokens {
+            let differs = given
+                .iter()
+                .zip(expected.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            if differs == 0 {
+                found = Some(principal.clone());
+            }
+        }
+        found
     }
 
     /// Whether the `Host` header names this server: a loopback name, the
@@ -457,10 +570,10 @@ fn is_loopback_name(name: &str) -> bool {
 /// JSON-RPC error; nothing of the request reaches a session.
 async fn guard(
     axum::extract::State(guard): axum::extract::State<Arc<Guard>>,
-    request: Request<Body>,
+    mut request: Request<Body>,
     next: Next,
 ) -> Response {
-    if !guard.authorized(&request) {
+    let Some(principal) = guard.authorized(&request) else {
         let mut response = json_rpc_error(
             StatusCode::UNAUTHORIZED,
             Value::Null,
@@ -472,7 +585,8 @@ async fn guard(
             axum::http::HeaderValue::from_static("Bearer"),
         );
         return response;
-    }
+    };
+    request.extensions_mut().insert(Principal(principal));
     if !guard.host_allowed(&request) {
         return json_rpc_error(
             StatusCode::FORBIDDEN,
@@ -498,8 +612,16 @@ async fn guard(
     if declared.is_some_and(|len| len > guard.limits.max_body_bytes()) {
         return body_too_large(guard.limits.max_body_bytes(), "declared by Content-Length");
     }
-    let new_session =
-        request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
+    // A request of 2026-07-28 or later opens no session (it names its
+    // version in `MCP-Protocol-Version`, which it must): it does not count.
+    let stateless = request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= "2026-07-28");
+    let new_session = request.method() == Method::POST
+        && !stateless
+        && !request.headers().contains_key("mcp-session-id");
     if new_session {
         // Requests that may be creating a session right now count too, so
         // concurrent `initialize`s cannot overshoot the cap.
@@ -608,4 +730,53 @@ async fn reject_malformed_json_rpc(
     }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<HttpOptions, String> {
+        let path = std::env::temp_dir().join(format!("quickcell-tokens-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&path, text).unwrap();
+        let parsed = HttpOptions::default().with_token_file(&path);
+        let _ = std::fs::remove_file(&path);
+        parsed.map_err(|e| e.rsplit(": ").next().unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn a_token_file_holds_one_token_or_named_principals() {
+        let one = parse("  s3cret \n").unwrap();
+        assert_eq!(one.auth_token.as_deref(), Some("s3cret"));
+        assert!(one.principals.is_empty());
+        let many = parse("# principal token\n\nalice a-token\nbob.2 b-token\n").unwrap();
+        assert_eq!(many.auth_token, None);
+        assert_eq!(
+            many.principals,
+            [
+                ("alice".to_string(), "a-token".to_string()),
+                ("bob.2".to_string(), "b-token".to_string())
+            ]
+        );
+        for (text, error) in [
+            ("", "is empty"),
+            ("# only a comment\n", "is empty"),
+            ("alice a b\n", "got 3 words"),
+            ("alice\nbob b\n", "got 1 words"),
+            ("al/ice a\n", "must be 1 to 64 of A-Z a-z 0-9 . _ -"),
+            ("alice a\nalice b\n", "comes twice"),
+            ("alice a\nbob a\n", "a token is used twice"),
+        ] {
+            let got = parse(text).unwrap_err();
+            assert!(got.contains(error), "{text:?}: {got}");
+        }
+        let too_many: String = (0..=MAX_PRINCIPALS)
+            .map(|i| format!("p{i} t{i}\n"))
+            .collect();
+        assert!(parse(&too_many).unwrap_err().contains("at most 1024"));
+        let most: String = (0..MAX_PRINCIPALS)
+            .map(|i| format!("p{i} t{i}\n"))
+            .collect();
+        assert_eq!(parse(&most).unwrap().principals.len(), MAX_PRINCIPALS);
+    }
 }

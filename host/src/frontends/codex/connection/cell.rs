@@ -25,6 +25,8 @@ pub(super) struct CellOutput {
     pub(super) yielded: bool,
     /// An observer (the execute's first, or a wait) is waiting.
     pub(super) observed: bool,
+    /// When the cell ended.
+    pub(super) ended_at: Option<std::time::Instant>,
 }
 
 #[derive(Clone)]
@@ -169,28 +171,28 @@ impl Connection {
                 .collect();
             cell.parked.store(true, Ordering::SeqCst);
             let ended = calls.iter().any(|c| c.tool.as_deref() == Some(END_TOOL));
+            // The calls go out in the order the cell made them; their
+            // answers are awaited together.
             let mut answering = tokio::task::JoinSet::new();
             for (index, call) in calls.into_iter().enumerate() {
-                if call.tool.as_deref() == Some(END_TOOL) {
-                    answering.spawn(async move {
-                        (index, ClientToolResult::value(call.id, Value::Null))
-                    });
-                    continue;
-                }
-                // Past the end, a nested call nobody awaits is sent (the
-                // tool runs, as in Codex) but not waited for; Codex
-                // withdraws it when the cell closes.
-                let fire = ended && call.tool.as_deref() != Some(NOTIFY_TOOL);
-                let (connection, session, cell) = (self.clone(), session.clone(), cell.clone());
-                let (tool_call_id, tools) = (tool_call_id.clone(), tools.clone());
-                answering.spawn(async move {
-                    let answer = connection
-                        .delegate(&session, &cell, &call, &tool_call_id, &tools, fire)
-                        .await;
-                    (index, answer)
-                });
+                let delegated = if call.tool.as_deref() == Some(END_TOOL) {
+                    Delegated::Answered(ClientToolResult::value(call.id, Value::Null))
+                } else {
+                    // Past the end, a nested call nobody awaits is sent (the
+                    // tool runs, as in Codex) but not waited for; Codex
+                    // withdraws it when the cell closes.
+                    let fire = ended && call.tool.as_deref() != Some(NOTIFY_TOOL);
+                    self.delegate(&session, &cell, &call, &tool_call_id, &tools, fire)
+                        .await
+                };
+                let (connection, cell) = (self.clone(), cell.clone());
+                answering.spawn(async move { (index, connection.answer(&cell, delegated).await) });
             }
-            let mut answers: Vec<(usize, ClientToolResult)> = answering.join_all().await;
+            // While the client works on them, the run does not expire.
+            let mut answers: Vec<(usize, ClientToolResult)> = tokio::select! {
+                answers = answering.join_all() => answers,
+                never = self.keep_parked(&waiting.run_id, &owner) => match never {},
+            };
             answers.sort_by_key(|(index, _)| *index);
             let answers: Vec<ClientToolResult> = answers.into_iter().map(|(_, a)| a).collect();
             cell.parked.store(false, Ordering::SeqCst);
@@ -211,8 +213,22 @@ impl Connection {
         }
     }
 
-    /// Sends one parked call to the client and waits for its answer (or
-    /// the cell's termination, which withdraws it).
+    /// Keeps a run parked on the client's answers from expiring: its
+    /// expiry moves out by the snapshot TTL at once, then every third of
+    /// it (at least every 250 ms). Runs until dropped.
+    async fn keep_parked(&self, run_id: &str, owner: &crate::Owner) -> std::convert::Infallible {
+        let ttl = Duration::from_secs(self.runtime.limits().snapshot_ttl_seconds());
+        let every = (ttl / 3).max(Duration::from_millis(250));
+        loop {
+            if let Err(e) = self.runtime.keep_parked(run_id, owner).await {
+                tracing::warn!(run_id, error = %e, "cannot keep a Codex cell's run parked");
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Sends one parked call to the client (its answer is then awaited
+    /// with [`Connection::answer`]).
     pub(super) async fn delegate(
         &self,
         session: &Session,
@@ -221,7 +237,7 @@ impl Connection {
         tool_call_id: &str,
         tools: &[ToolRef],
         fire: bool,
-    ) -> ClientToolResult {
+    ) -> Delegated {
         let input = call
             .input
             .as_ref()
@@ -246,15 +262,17 @@ impl Connection {
                 .flatten()
                 .and_then(|i| tools.get(i as usize));
             let Some(definition) = definition else {
-                return ClientToolResult::error(
+                return Delegated::Answered(ClientToolResult::error(
                     call.id.clone(),
                     format!("unknown nested tool {tool}"),
-                );
+                ));
             };
+            // `tool-N`, as Codex's own host numbers a cell's calls.
+            let number = call.id.rsplit(':').next().unwrap_or_default();
             DelegateRequest::InvokeTool {
                 invocation: NestedToolCall {
                     cell_id: cell.id.clone(),
-                    runtime_tool_call_id: call.id.clone(),
+                    runtime_tool_call_id: format!("tool-{number}"),
                     tool_name: definition.tool_name.clone(),
                     tool_kind: definition.kind,
                     input: Some(input),
@@ -269,19 +287,19 @@ impl Connection {
                 request,
             })
             .await;
-            return ClientToolResult::value(call.id.clone(), Value::Null);
+            return Delegated::Answered(ClientToolResult::value(call.id.clone(), Value::Null));
         }
         let (answer, answered) = oneshot::channel();
         {
             let mut delegates = lock(&self.delegates);
             if delegates.len() >= self.limits.max_pending_delegates {
-                return ClientToolResult::error(
+                return Delegated::Answered(ClientToolResult::error(
                     call.id.clone(),
                     format!(
                         "code-mode host exceeded the limit of {} pending delegate calls",
                         self.limits.max_pending_delegates
                     ),
-                );
+                ));
             }
             delegates.insert(id, answer);
         }
@@ -291,26 +309,60 @@ impl Connection {
             request,
         })
         .await;
+        Delegated::Sent {
+            id,
+            call_id: call.id.clone(),
+            notify: tool == NOTIFY_TOOL,
+            answered,
+        }
+    }
+
+    /// A delegated call's answer: the client's, or (when the cell is
+    /// terminated first) an error, the call withdrawn with
+    /// `delegate/cancel`.
+    pub(super) async fn answer(&self, cell: &Cell, delegated: Delegated) -> ClientToolResult {
+        let (id, call_id, notify, answered) = match delegated {
+            Delegated::Answered(result) => return result,
+            Delegated::Sent {
+                id,
+                call_id,
+                notify,
+                answered,
+            } => (id, call_id, notify, answered),
+        };
         tokio::select! {
             answered = answered => match answered {
-                Ok(WireResult::Ok { value: DelegateResponse::ToolResult { result } }) if tool != NOTIFY_TOOL => {
-                    ClientToolResult::value(call.id.clone(), result)
+                Ok(WireResult::Ok { value: DelegateResponse::ToolResult { result } }) if !notify => {
+                    ClientToolResult::value(call_id.clone(), result)
                 }
-                Ok(WireResult::Ok { value: DelegateResponse::NotificationDelivered }) if tool == NOTIFY_TOOL => {
-                    ClientToolResult::value(call.id.clone(), Value::Null)
+                Ok(WireResult::Ok { value: DelegateResponse::NotificationDelivered }) if notify => {
+                    ClientToolResult::value(call_id.clone(), Value::Null)
                 }
-                Ok(WireResult::Ok { .. }) => ClientToolResult::error(call.id.clone(), "code-mode client returned an invalid tool result"),
-                Ok(WireResult::Err { message }) => ClientToolResult::error(call.id.clone(), message),
-                Err(_) => ClientToolResult::error(call.id.clone(), "the code-mode client went away"),
+                Ok(WireResult::Ok { .. }) => ClientToolResult::error(call_id.clone(), "code-mode client returned an invalid tool result"),
+                Ok(WireResult::Err { message }) => ClientToolResult::error(call_id.clone(), message),
+                Err(_) => ClientToolResult::error(call_id.clone(), "the code-mode client went away"),
             },
             _ = cell.terminate.cancelled() => {
                 if lock(&self.delegates).remove(&id).is_some() {
                     self.send(HostMessage::DelegateCancel { id }).await;
                 }
-                ClientToolResult::error(call.id.clone(), "the cell was terminated")
+                ClientToolResult::error(call_id, "the cell was terminated")
             }
         }
     }
+}
+
+/// A parked call as it went to the client.
+pub(super) enum Delegated {
+    /// Settled without the client (or sent without waiting for it).
+    Answered(ClientToolResult),
+    /// Sent as delegate request `id`; `answered` gets the client's answer.
+    Sent {
+        id: i64,
+        call_id: String,
+        notify: bool,
+        answered: oneshot::Receiver<WireResult<DelegateResponse>>,
+    },
 }
 
 /// How long an observer waits: the request's yield time (10 s when
@@ -384,8 +436,17 @@ pub(super) fn content_item(entry: &Value, marker: &str) -> ContentItem {
 }
 
 pub(super) fn finish(cell: &Cell, end: End) {
-    lock(&cell.output).end = Some(end);
+    {
+        let mut output = lock(&cell.output);
+        output.end = Some(end);
+        output.ended_at = Some(std::time::Instant::now());
+    }
     cell.changed.notify_waiters();
+}
+
+/// When the cell ended, if it has.
+pub(super) fn ended_at(cell: &Cell) -> Option<std::time::Instant> {
+    lock(&cell.output).ended_at
 }
 
 /// Ends an observation once its response is queued: `terminate` and
@@ -412,33 +473,28 @@ pub(super) async fn observers_done(cell: &Cell) {
     }
 }
 
-/// The execute's first observation (the cell was made claimed).
+/// The execute's first observation (the cell was made claimed): ends at
+/// `yield_now` too.
 pub(super) async fn observe(
     cell: &Cell,
     yield_for: Duration,
     cancel: &CancellationToken,
+    yield_now: &CancellationToken,
 ) -> (RuntimeResponse, bool) {
-    observe_claimed(cell, yield_for, cancel)
+    observe_claimed(cell, yield_for, cancel, yield_now)
         .await
-        .unwrap_or_else(|| {
-            (
-                RuntimeResponse::Yielded {
-                    cell_id: cell.id.clone(),
-                    content_items: Vec::new(),
-                },
-                false,
-            )
-        })
+        .unwrap_or_else(|| (RuntimeResponse::yielded(cell.id.clone(), Vec::new()), false))
 }
 
-/// Waits until the cell ends, yields, or `yield_for` passes, then takes
-/// what it produced since the last delivery; `None` when `cancel` came
-/// first (what it produced stays for the next observer). Whether the cell
-/// ended.
+/// Waits until the cell ends, yields, `yield_for` passes or `yield_now`
+/// is cancelled (the client's `operation/yield`), then takes what it
+/// produced since the last delivery; `None` when `cancel` came first (what
+/// it produced stays for the next observer). Whether the cell ended.
 pub(super) async fn observe_claimed(
     cell: &Cell,
     yield_for: Duration,
     cancel: &CancellationToken,
+    yield_now: &CancellationToken,
 ) -> Option<(RuntimeResponse, bool)> {
     let until = tokio::time::Instant::now() + yield_for;
     let outcome = loop {
@@ -454,6 +510,7 @@ pub(super) async fn observe_claimed(
         tokio::select! {
             _ = &mut changed => {}
             _ = tokio::time::sleep_until(until) => break true,
+            _ = yield_now.cancelled() => break true,
             _ = cancel.cancelled() => break false,
         }
     };
@@ -468,27 +525,11 @@ pub(super) async fn observe_claimed(
     let content_items = std::mem::take(&mut output.items);
     let cell_id = cell.id.clone();
     Some(match output.end.clone() {
-        None => (
-            RuntimeResponse::Yielded {
-                cell_id,
-                content_items,
-            },
-            false,
-        ),
+        None => (RuntimeResponse::yielded(cell_id, content_items), false),
         Some(End::Result(error_text)) => (
-            RuntimeResponse::Result {
-                cell_id,
-                content_items,
-                error_text,
-            },
+            RuntimeResponse::result(cell_id, content_items, error_text),
             true,
         ),
-        Some(End::Terminated) => (
-            RuntimeResponse::Terminated {
-                cell_id,
-                content_items,
-            },
-            true,
-        ),
+        Some(End::Terminated) => (RuntimeResponse::terminated(cell_id, content_items), true),
     })
 }

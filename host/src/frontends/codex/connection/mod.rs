@@ -3,13 +3,15 @@
 
 use super::frame::{read_frame, write_frame, Frame};
 use super::wire::*;
-use super::{CodexLimits, CODEX_PROTOCOL_VERSION, RESOURCE_LIMITS_CAPABILITY};
+use super::{
+    CodexLimits, CODEX_PROTOCOL_VERSION, RESOURCE_LIMITS_CAPABILITY, YIELD_OBSERVATION_CAPABILITY,
+};
 use crate::{Owner, Runtime};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -36,7 +38,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) async fn serve(
     runtime: Arc<Runtime>,
     limits: CodexLimits,
-    scope: Option<String>,
+    options: super::CodexOptions,
     mut reader: impl AsyncRead + Unpin,
     mut writer: impl AsyncWrite + Unpin + Send + 'static,
 ) -> std::io::Result<()> {
@@ -54,7 +56,9 @@ pub(crate) async fn serve(
         limits,
         out,
         id: uuid::Uuid::new_v4().simple().to_string(),
-        scope,
+        scope: options.scope,
+        report_duration: options.report_host_duration,
+        yield_observation: AtomicBool::new(false),
         sessions: Mutex::default(),
         opened: Mutex::default(),
         operations: Mutex::default(),
@@ -150,18 +154,32 @@ struct Connection {
     /// The namespace of its sessions in the state store, which a restarted
     /// host shares (`None`: the sessions end with the connection).
     scope: Option<String>,
+    /// Whether runtime responses carry `code_mode_host_duration_ns`.
+    report_duration: bool,
+    /// The client offered `yield-observation`: `operation/yield` ends an
+    /// observation early.
+    yield_observation: AtomicBool,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     /// The latest session ids opened on this connection, which may not be
     /// opened again (at most `max_recent_sessions`).
     opened: Mutex<RecentIds>,
-    /// Operations in flight, by request id, with their cancel tokens.
-    operations: Mutex<HashMap<i64, CancellationToken>>,
+    /// Operations in flight, by request id.
+    operations: Mutex<HashMap<i64, Operation>>,
     /// Reverse calls awaiting the client's answer.
     delegates: Mutex<HashMap<i64, oneshot::Sender<WireResult<DelegateResponse>>>>,
     next_delegate: AtomicI64,
     /// Cancelled when the client has gone: observations end, no session
     /// opens.
     closed: CancellationToken,
+}
+
+/// How the client controls an operation in flight.
+#[derive(Clone, Default)]
+struct Operation {
+    /// `operation/cancel`.
+    cancel: CancellationToken,
+    /// `operation/yield`: its observation ends now, the cell going on.
+    yield_now: CancellationToken,
 }
 
 /// What follows a response: the observation it ends, and the cell it
@@ -179,6 +197,9 @@ struct Session {
     /// restarted host resume the session's cells.
     records: Option<String>,
     max_yield: Option<Duration>,
+    /// Each cell's memory limit (`maxHeapSizeBytes`), when the session
+    /// sets one: the runtime's limit applies when lower.
+    max_heap: Option<u64>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     next_cell: AtomicI64,
     /// Set (under `cells`) when the session ends: no cell starts after.
@@ -251,7 +272,7 @@ impl Connection {
             .await;
             return Ok(false);
         }
-        let known = [RESOURCE_LIMITS_CAPABILITY];
+        let known = [RESOURCE_LIMITS_CAPABILITY, YIELD_OBSERVATION_CAPABILITY];
         let mut missing: Vec<&String> = required
             .iter()
             .filter(|c| !known.contains(&c.as_str()))
@@ -272,6 +293,12 @@ impl Connection {
             .collect();
         capabilities.sort();
         capabilities.dedup();
+        self.yield_observation.store(
+            capabilities
+                .iter()
+                .any(|c| c == YIELD_OBSERVATION_CAPABILITY),
+            Ordering::SeqCst,
+        );
         self.send(HostMessage::Ready {
             selected_version: CODEX_PROTOCOL_VERSION,
             capabilities,
@@ -300,7 +327,8 @@ impl Connection {
             };
             match serde_json::from_slice::<ClientMessage>(&payload) {
                 Ok(ClientMessage::Request { id, request }) => {
-                    let token = CancellationToken::new();
+                    let received = Instant::now();
+                    let operation = Operation::default();
                     let refused = {
                         let mut operations = lock(&self.operations);
                         if operations.contains_key(&id) {
@@ -317,7 +345,7 @@ impl Connection {
                                 self.limits.max_in_flight
                             ))
                         } else {
-                            operations.insert(id, token.clone());
+                            operations.insert(id, operation.clone());
                             None
                         }
                     };
@@ -327,13 +355,23 @@ impl Connection {
                     }
                     let connection = self.clone();
                     tokio::spawn(async move {
-                        connection.operate(id, request, token).await;
+                        connection.operate(id, request, operation, received).await;
                         lock(&connection.operations).remove(&id);
                     });
                 }
                 Ok(ClientMessage::Cancel { id }) => {
-                    if let Some(token) = lock(&self.operations).get(&id) {
-                        token.cancel();
+                    if let Some(operation) = lock(&self.operations).get(&id) {
+                        operation.cancel.cancel();
+                    }
+                }
+                Ok(ClientMessage::Yield { id }) => {
+                    if !self.yield_observation.load(Ordering::SeqCst) {
+                        tracing::warn!(
+                            id,
+                            "a Codex operation/yield without the yield-observation capability was ignored"
+                        );
+                    } else if let Some(operation) = lock(&self.operations).get(&id) {
+                        operation.yield_now.cancel();
                     }
                 }
                 Ok(ClientMessage::DelegateResponse { id, result }) => {
@@ -388,7 +426,13 @@ impl Connection {
         tracing::warn!(error = %error, "an invalid Codex client frame was ignored");
     }
 
-    async fn operate(self: &Arc<Self>, id: i64, request: HostRequest, token: CancellationToken) {
+    async fn operate(
+        self: &Arc<Self>,
+        id: i64,
+        request: HostRequest,
+        operation: Operation,
+        received: Instant,
+    ) {
         let session_id = request.session_id().to_string();
         if session_id.trim().is_empty() {
             return self
@@ -411,22 +455,31 @@ impl Connection {
                 session_id,
                 cell_id,
                 request,
-            } => return self.execute(id, &session_id, cell_id, request, token).await,
+            } => {
+                return self
+                    .execute(id, &session_id, cell_id, request, operation, received)
+                    .await
+            }
             HostRequest::Wait {
                 session_id,
                 request,
-            } => self.wait(&session_id, request, token).await,
+            } => self.wait(&session_id, request, operation, received).await,
             HostRequest::Terminate {
                 session_id,
                 cell_id,
-            } => self.terminate(&session_id, &cell_id).await,
+            } => self.terminate(&session_id, &cell_id, received).await,
             HostRequest::Shutdown { session_id } => self
                 .shutdown(&session_id)
                 .await
                 .map(|r| (r, After::default())),
         };
         let (result, after) = match reply {
-            Ok((value, after)) => (WireResult::Ok { value }, after),
+            Ok((value, after)) => (
+                WireResult::Ok {
+                    value: self.timed_response(value, received),
+                },
+                after,
+            ),
             Err(message) => (WireResult::Err { message }, After::default()),
         };
         self.send(HostMessage::Response { id, result }).await;
@@ -436,6 +489,32 @@ impl Connection {
         }
         if let Some((session, cell_id)) = after.close {
             self.close_cell(&session, &cell_id).await;
+        }
+    }
+
+    /// A runtime response as this connection reports it: with the host's
+    /// duration since `received`, or without (Codex up to 0.151).
+    fn timed(&self, response: RuntimeResponse, received: Instant) -> RuntimeResponse {
+        if self.report_duration {
+            response.timed(received)
+        } else {
+            response.untimed()
+        }
+    }
+
+    /// [`Connection::timed`] for the runtime response a wait or terminate
+    /// answers with.
+    fn timed_response(&self, value: HostResponse, received: Instant) -> HostResponse {
+        match value {
+            HostResponse::WaitCompleted { outcome } => HostResponse::WaitCompleted {
+                outcome: match outcome {
+                    WaitOutcome::LiveCell(r) => WaitOutcome::LiveCell(self.timed(r, received)),
+                    WaitOutcome::MissingCell(r) => {
+                        WaitOutcome::MissingCell(self.timed(r, received))
+                    }
+                },
+            },
+            other => other,
         }
     }
 
@@ -461,10 +540,10 @@ impl Connection {
             ));
         }
         if let Some(bytes) = limits.max_heap_size_bytes {
-            let most = self.runtime.limits().memory_limit_bytes();
-            if bytes < most {
+            if bytes < crate::MIN_CELL_MEMORY_LIMIT_BYTES {
                 return Err(format!(
-                    "invalid code-mode session execution limits: maxHeapSizeBytes {bytes} is below this host's per-cell memory limit ({most} bytes), which it cannot lower per session"
+                    "invalid code-mode session execution limits: maxHeapSizeBytes {bytes} is below the {} bytes a cell needs",
+                    crate::MIN_CELL_MEMORY_LIMIT_BYTES
                 ));
             }
         }
@@ -506,6 +585,7 @@ impl Connection {
             records,
             id: session_id.clone(),
             max_yield: limits.max_yield_time_ms.map(Duration::from_millis),
+            max_heap: limits.max_heap_size_bytes,
             cells: Mutex::default(),
             next_cell: AtomicI64::new(next_cell),
             closing: Default::default(),
@@ -520,11 +600,18 @@ impl Connection {
         session_id: &str,
         cell_id: Option<String>,
         request: ExecuteRequest,
-        token: CancellationToken,
+        operation: Operation,
+        received: Instant,
     ) {
+        // The session's stored values, for the profile's synchronous `load`.
+        let values = match self.session(session_id) {
+            Ok(session) => self.runtime.session_values(&session.owner.session).await,
+            Err(_) => Ok(Vec::new()),
+        };
         let started = (|| {
             let session = self.session(session_id)?;
-            if token.is_cancelled() {
+            let values = values.map_err(|e| format!("cannot read the session's values: {e}"))?;
+            if operation.cancel.is_cancelled() {
                 return Err("code-mode request cancelled".to_string());
             }
             if request.max_output_tokens.is_some_and(|n| n < 0) {
@@ -535,7 +622,10 @@ impl Connection {
             }
             let pragma = exec_pragma(&request.source)?;
             let marker = format!("codex:{}", uuid::Uuid::new_v4().simple());
-            let input = cell_input(&request, &session.owner, &marker)?;
+            let mut input = cell_input(&request, &session.owner, &marker, &values)?;
+            if let Some(bytes) = session.max_heap {
+                input = input.with_memory_limit(bytes);
+            }
             // Counted one session at a time (no two locks held): cells
             // starting at once may pass the bound by the few in between.
             let sessions: Vec<Arc<Session>> = lock(&self.sessions).values().cloned().collect();
@@ -633,10 +723,12 @@ impl Connection {
             pragma.yield_time_ms.or(request.yield_time_ms),
             session.max_yield,
         );
-        let (response, ended) = observe(&cell, yield_for, &self.closed).await;
+        let (response, ended) = observe(&cell, yield_for, &self.closed, &operation.yield_now).await;
         self.send(HostMessage::InitialResponse {
             id,
-            result: WireResult::Ok { value: response },
+            result: WireResult::Ok {
+                value: self.timed(response, received),
+            },
         })
         .await;
         release(&cell);
@@ -649,7 +741,8 @@ impl Connection {
         self: &Arc<Self>,
         session_id: &str,
         request: WaitRequest,
-        token: CancellationToken,
+        operation: Operation,
+        received: Instant,
     ) -> Result<(HostResponse, After), String> {
         let session = self.session(session_id)?;
         let Some(cell) = self.cell(&session, &request.cell_id).await else {
@@ -666,7 +759,9 @@ impl Connection {
             output.observed = true;
         }
         let yield_for = yield_time(Some(request.yield_time_ms), session.max_yield);
-        let observed = observe_claimed(&cell, yield_for, &token).await;
+        let observed = observe_claimed(&cell, yield_for, &operation.cancel, &operation.yield_now)
+            .await
+            .map(|(response, ended)| (response.buffered(ended_at(&cell), received), ended));
         let Some((response, ended)) = observed else {
             return Err("code-mode request cancelled".to_string());
         };
@@ -685,6 +780,7 @@ impl Connection {
         self: &Arc<Self>,
         session_id: &str,
         cell_id: &str,
+        received: Instant,
     ) -> Result<(HostResponse, After), String> {
         let session = self.session(session_id)?;
         let Some(cell) = self.cell(&session, cell_id).await else {
@@ -697,20 +793,20 @@ impl Connection {
         }
         // An observer delivers the end first (and closes the cell).
         observers_done(&cell).await;
-        let (items, end) = {
+        let (items, end, ended) = {
             let mut output = lock(&cell.output);
-            (std::mem::take(&mut output.items), output.end.clone())
+            (
+                std::mem::take(&mut output.items),
+                output.end.clone(),
+                output.ended_at,
+            )
         };
         let response = match end {
-            Some(End::Result(error_text)) => RuntimeResponse::Result {
-                cell_id: cell.id.clone(),
-                content_items: items,
-                error_text,
-            },
-            _ => RuntimeResponse::Terminated {
-                cell_id: cell.id.clone(),
-                content_items: items,
-            },
+            Some(End::Result(error_text)) => {
+                RuntimeResponse::result(cell.id.clone(), items, error_text)
+                    .buffered(ended, received)
+            }
+            _ => RuntimeResponse::terminated(cell.id.clone(), items),
         };
         Ok((
             HostResponse::WaitCompleted {
@@ -866,8 +962,8 @@ impl Connection {
                 self.end_session(&session).await;
             }
         }
-        for (_, token) in lock(&self.operations).drain() {
-            token.cancel();
+        for (_, operation) in lock(&self.operations).drain() {
+            operation.cancel.cancel();
         }
         lock(&self.delegates).clear();
     }
@@ -875,11 +971,11 @@ impl Connection {
 
 fn missing(cell_id: &str) -> HostResponse {
     HostResponse::WaitCompleted {
-        outcome: WaitOutcome::MissingCell(RuntimeResponse::Result {
-            cell_id: cell_id.to_string(),
-            content_items: Vec::new(),
-            error_text: Some(format!("exec cell {cell_id} not found")),
-        }),
+        outcome: WaitOutcome::MissingCell(RuntimeResponse::result(
+            cell_id.to_string(),
+            Vec::new(),
+            Some(format!("exec cell {cell_id} not found")),
+        )),
     }
 }
 

@@ -1,8 +1,10 @@
 // The Codex guest profile: the globals Codex describes to its model
 // (codex-rs/code-mode-protocol/src/description.rs), built on quickcell's
 // own. The host puts this text in front of the cell's source, with the
-// cell's tool table and a marker of its own in the last line.
-const { tools, ALL_TOOLS, text, image, audio, generatedImage, notify, exit, __codexExit, setTimeout, clearTimeout, __codexEnd } = ((table, marker) => {
+// cell's tool table, a marker of its own and the session's stored values
+// (`{values: [[key, value], ...], omitted: [key, ...], budget}`, as JSON
+// text) in the last line.
+const { tools, ALL_TOOLS, text, image, audio, generatedImage, notify, store, load, exit, __codexExit, setTimeout, clearTimeout, __codexEnd } = ((table, marker, storedJson) => {
   const exitSignal = Object.freeze({ exit: true });
   // Codex's timers do not keep a cell alive: those still pending when the
   // source ends are cleared (quickcell's would hold the cell open).
@@ -86,6 +88,67 @@ const { tools, ALL_TOOLS, text, image, audio, generatedImage, notify, exit, __co
   };
   const quickcellText = globalThis.text;
   const notifyClient = globalThis.__codex_notify;
+  // Codex's `load` is synchronous: the session's values, as they were
+  // when the cell started, and the cell's own writes, kept as JSON text
+  // (each `load` returns a fresh copy). quickcell's `store` commits them
+  // when the cell completes; a write it refuses fails the cell at its end.
+  const quickcellStore = globalThis.store;
+  // At most `budget` characters of the session's values (keys and JSON)
+  // load synchronously: the host hands over those, sorted by key, and
+  // names the others (`omitted`), which `load` refuses.
+  const session = JSON.parse(storedJson);
+  const stored = new Map(session.values.map(([key, value]) => [key, JSON.stringify(value)]));
+  const omitted = new Set(session.omitted);
+  const budget = session.budget;
+  let storedSize = 0;
+  for (const [key, json] of stored) storedSize += key.length + json.length;
+  let storeError;
+  // Writes quickcell has not answered yet: the end waits for them.
+  let storesPending = 0;
+  let storesDone;
+  const storeSettled = () => {
+    storesPending -= 1;
+    if (storesPending === 0 && storesDone !== undefined) storesDone();
+  };
+  const checkKey = (what, key) => {
+    if (typeof key !== "string" || key.length < 1 || key.length > 256) {
+      throw new TypeError(`${what} keys must be strings of 1 to 256 characters`);
+    }
+  };
+  const storeCodex = (key, value) => {
+    checkKey("store", key);
+    const json = value === undefined ? undefined : JSON.stringify(value);
+    if (value !== undefined && json === undefined) {
+      throw new TypeError("store value must be serializable");
+    }
+    const before = stored.has(key) ? key.length + stored.get(key).length : 0;
+    const after = json === undefined ? 0 : key.length + json.length;
+    if (storedSize - before + after > budget) {
+      throw new RangeError(
+        `store: the session's values would be ${storedSize - before + after} characters of JSON; at most ${budget} load synchronously. Nothing was stored.`,
+      );
+    }
+    const pending = quickcellStore(key, value === undefined ? undefined : JSON.parse(json));
+    storesPending += 1;
+    pending.then(storeSettled, (e) => {
+      storeError ??= e;
+      storeSettled();
+    });
+    storedSize += after - before;
+    omitted.delete(key);
+    if (json === undefined) stored.delete(key);
+    else stored.set(key, json);
+  };
+  const loadCodex = (key) => {
+    checkKey("load", key);
+    if (omitted.has(key)) {
+      throw new RangeError(
+        `load: the stored value ${JSON.stringify(key)} is past the ${budget} characters of a session's values that load synchronously; delete it with store(key, undefined)`,
+      );
+    }
+    const json = stored.get(key);
+    return json === undefined ? undefined : JSON.parse(json);
+  };
   return {
     tools: Object.freeze(toolObject),
     ALL_TOOLS: Object.freeze(table.map((t) => Object.freeze({ name: t.global, description: t.description }))),
@@ -105,17 +168,25 @@ const { tools, ALL_TOOLS, text, image, audio, generatedImage, notify, exit, __co
       if (text.trim() === "") throw new TypeError("notify expects non-empty text");
       return notifyClient({ input: text });
     },
+    store: storeCodex,
+    load: loadCodex,
     exit: () => {
       throw exitSignal;
     },
     __codexExit: exitSignal,
     setTimeout: setTimeoutCodex,
     clearTimeout: clearTimeoutCodex,
-    __codexEnd: () => {
+    __codexEnd: async () => {
       for (const id of pendingTimers) realClearTimeout(id);
       pendingTimers.clear();
       // Tells the host that the calls still pending are nobody's.
       if (inFlight > 0) endClient({ input: null });
+      if (storesPending > 0) {
+        await new Promise((resolve) => {
+          storesDone = resolve;
+        });
+      }
+      if (storeError !== undefined) throw storeError;
     },
   };
 })(

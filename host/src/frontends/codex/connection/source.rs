@@ -25,16 +25,25 @@ pub(super) const CALL_TOOL: &str = "__codex_call";
 /// Most nested tools one cell may have.
 pub(super) const MAX_NESTED_TOOLS: usize = 1024;
 
+/// Characters (UTF-16 units, keys and JSON) of a session's stored values
+/// that load synchronously in a Codex cell: the host puts them in the
+/// cell's source, which is bounded (`MAX_SOURCE_BYTES`). `store` refuses a
+/// write past it; values past it (stored otherwise) are named, and `load`
+/// refuses them.
+pub(super) const CODEX_LOAD_CHARS: usize = 64 * 1024;
+
 /// Bytes the nested tools' descriptions may take in a cell's source (for
 /// `ALL_TOOLS`) in all: each is cut to its share, at most 4 KiB.
 pub(super) const NESTED_DESCRIPTION_BYTES: usize = 96 * 1024;
 
-/// The `exec` input of a Codex cell: the profile in front of the source,
-/// its nested tools and `notify` as client tools.
+/// The `exec` input of a Codex cell: the profile in front of the source
+/// (with the session's stored `values`, for a synchronous `load`), its
+/// nested tools and `notify` as client tools.
 pub(super) fn cell_input(
     request: &ExecuteRequest,
     owner: &Owner,
     marker: &str,
+    values: &[(String, Value)],
 ) -> Result<ExecInput, String> {
     if request.enabled_tools.len() > MAX_NESTED_TOOLS {
         return Err(format!(
@@ -72,17 +81,30 @@ pub(super) fn cell_input(
         ),
         ClientToolSpec::new(END_TOOL, "Marks the end of the source.", object),
     ];
-    // JSON is JavaScript but for U+2028 and U+2029, which end a line in a
-    // script: escaped, they stay inside their strings.
-    let table = serde_json::to_string(&table)
-        .unwrap_or_else(|_| "[]".into())
-        .replace('\u{2028}', "\\u2028")
-        .replace('\u{2029}', "\\u2029");
+    let table = script_json(&serde_json::to_string(&table).unwrap_or_else(|_| "[]".into()));
     let marker = serde_json::to_string(marker).unwrap_or_default();
+    // The values go in as one JSON string that the profile parses: in an
+    // object literal, a `__proto__` key would set a prototype instead.
+    let mut size = 0;
+    let mut loaded = Vec::new();
+    let mut omitted = Vec::new();
+    for (key, value) in values {
+        let chars = key.encode_utf16().count() + value.to_string().encode_utf16().count();
+        if size + chars <= CODEX_LOAD_CHARS {
+            size += chars;
+            loaded.push((key, value));
+        } else {
+            omitted.push(key);
+        }
+    }
+    let values =
+        serde_json::json!({"values": loaded, "omitted": omitted, "budget": CODEX_LOAD_CHARS})
+            .to_string();
+    let values = script_json(&serde_json::to_string(&values).unwrap_or_default());
     // The source runs in a function of its own, so that its declarations
     // may shadow the profile's globals.
     let code = format!(
-        "{PROFILE_JS}{table}, {marker});\nconst __codexMain = async () => {{\n{}\n}};\ntry {{ await __codexMain(); }} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }} finally {{ __codexEnd(); }}\n",
+        "{PROFILE_JS}{table}, {marker}, {values});\nconst __codexMain = async () => {{\n{}\n}};\ntry {{ await __codexMain(); }} catch (__codexError) {{ if (__codexError !== __codexExit) throw __codexError; }} finally {{ await __codexEnd(); }}\n",
         request.source
     );
     Ok(
@@ -90,6 +112,13 @@ pub(super) fn cell_input(
             .with_client_tools(specs)
             .with_owner(owner.clone()),
     )
+}
+
+/// JSON as script text: JSON is JavaScript but for U+2028 and U+2029,
+/// which end a line in a script; escaped, they stay inside their strings.
+fn script_json(json: &str) -> String {
+    json.replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
 }
 
 /// The values of a first-line `// @exec: {...}` pragma.
