@@ -15,6 +15,18 @@
 //!   time the cell is blocked on it is added back to its deadline, up to
 //!   [`crate::HostLimits::max_await_results_ms`] per call) and the cell does
 //!   not park for it (see [`ApprovalClock`]).
+//! - **Deferred approvals** ([`crate::ExecInput::with_deferred_approvals`]):
+//!   the call's caller answers itself, in a later request. The call waits
+//!   in the cell's records (method `approval`, id `bridge:approval:N`), the
+//!   cell parks with [`crate::WaitReason::Approval`] (its budget paused, as
+//!   for any parked run) and a `wait` carrying [`ApprovalAnswer`]s
+//!   ([`crate::WaitInput::with_approval_answers`]) resumes it on whichever
+//!   host gets it: an approved call starts then, a declined one rejects.
+//!   Each call is answered once: an answer to a call that waits no more
+//!   fails the `wait` with `invalid_input` and changes nothing. MCP
+//!   2026-07-28 requests use this (`input_required`); answers are never
+//!   read from `wait`'s JSON arguments, so a model cannot approve its own
+//!   calls.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -53,6 +65,103 @@ pub enum Approval {
     },
 }
 
+/// Most calls of one cell that wait for a deferred approval at once; a
+/// call past it rejects with a catchable `tool_error` (await the earlier
+/// ones first). It bounds the questions one answer carries.
+pub const MAX_PENDING_APPROVALS: usize = 16;
+
+/// Most bytes of a decline's reason in an [`ApprovalAnswer`]; a longer one
+/// is cut at a character boundary.
+pub const MAX_APPROVAL_REASON_BYTES: usize = 1024;
+
+/// The prefix of a deferred approval's id in `pendingToolCalls`.
+pub(crate) const APPROVAL_ID_PREFIX: &str = "bridge:approval:";
+
+/// The caller's decision on one call that waits for a deferred approval
+/// (a `pendingToolCalls` entry with method `approval`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApprovalAnswer {
+    /// The call's id, `bridge:approval:N`.
+    pub id: String,
+    /// What was decided.
+    pub decision: Approval,
+}
+
+impl ApprovalAnswer {
+    /// Approves the call `id`.
+    pub fn approve(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            decision: Approval::Approve,
+        }
+    }
+
+    /// Declines the call `id`, with the reason (cut at
+    /// [`MAX_APPROVAL_REASON_BYTES`]) added to its `tool_error`.
+    pub fn decline(id: impl Into<String>, reason: Option<String>) -> Self {
+        Self {
+            id: id.into(),
+            decision: Approval::Decline {
+                reason: reason.map(|r| cut(r, MAX_APPROVAL_REASON_BYTES)),
+            },
+        }
+    }
+
+    /// The bridge request id this answers, if the id has the canonical
+    /// `bridge:approval:N` form.
+    pub(crate) fn request_id(&self) -> Option<u64> {
+        let n: u64 = self.id.strip_prefix(APPROVAL_ID_PREFIX)?.parse().ok()?;
+        (self.id.len() == APPROVAL_ID_PREFIX.len() + n.to_string().len()).then_some(n)
+    }
+}
+
+/// Checks a `wait`'s approval answers: at most [`MAX_PENDING_APPROVALS`],
+/// each id once.
+pub(crate) fn check_answers(answers: &[ApprovalAnswer]) -> Result<(), String> {
+    if answers.len() > MAX_PENDING_APPROVALS {
+        return Err(format!(
+            "{} approval answers; a run has at most {MAX_PENDING_APPROVALS} calls waiting for one.",
+            answers.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(answers.len());
+    for answer in answers {
+        if !seen.insert(answer.id.as_str()) {
+            return Err(format!(
+                "the approval of `{}` is answered twice; answer each call once.",
+                answer.id.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `tool_error` message of a declined call.
+pub(crate) fn declined(tool: &str, pattern: &str, reason: Option<&str>) -> String {
+    match reason {
+        Some(reason) => format!(
+            "Calling {tool} was declined by the approver (policy approve = \"{pattern}\"): {reason}"
+        ),
+        None => {
+            format!("Calling {tool} was declined by the approver (policy approve = \"{pattern}\").")
+        }
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked with
+/// `…` when cut.
+fn cut(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max - '…'.len_utf8();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// Decides whether calls that need an approval may run.
 #[async_trait::async_trait]
 pub trait Approver: Send + Sync {
@@ -64,15 +173,7 @@ pub trait Approver: Send + Sync {
 /// The arguments preview of a call: compact JSON, at most
 /// [`MAX_APPROVAL_PREVIEW_BYTES`].
 pub(crate) fn preview(arguments: &serde_json::Value) -> String {
-    let text = arguments.to_string();
-    if text.len() <= MAX_APPROVAL_PREVIEW_BYTES {
-        return text;
-    }
-    let mut end = MAX_APPROVAL_PREVIEW_BYTES - '…'.len_utf8();
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    cut(arguments.to_string(), MAX_APPROVAL_PREVIEW_BYTES)
 }
 
 /// Whether any call of a cell waits for a decision, so the cell's driver
@@ -109,10 +210,19 @@ impl Drop for WaitingGuard {
     }
 }
 
+/// Who decides a cell's approvals.
+#[derive(Clone)]
+pub(crate) enum Decider {
+    /// This approver, while the call waits.
+    Ask(Arc<dyn Approver>),
+    /// The caller, in a later `wait` (the cell parks for it).
+    Caller,
+}
+
 /// What a cell's bridge needs to ask for approvals.
 #[derive(Clone)]
 pub(crate) struct Approvals {
-    pub approver: Arc<dyn Approver>,
+    pub decider: Decider,
     pub timeout: Duration,
     pub clock: Arc<ApprovalClock>,
     pub session: String,
@@ -122,20 +232,16 @@ impl Approvals {
     /// Asks for `request`'s decision: `Ok` to run the call, `Err` with the
     /// call's `tool_error` message otherwise.
     pub(crate) async fn ask(&self, request: ApprovalRequest) -> Result<(), String> {
-        let _waiting = self.clock.waiting();
-        let decided = tokio::time::timeout(self.timeout, self.approver.decide(&request)).await;
         let tool = &request.tool;
         let pattern = &request.pattern;
+        let Decider::Ask(approver) = &self.decider else {
+            return Err(crate::bridge::approval_denied(tool, pattern));
+        };
+        let _waiting = self.clock.waiting();
+        let decided = tokio::time::timeout(self.timeout, approver.decide(&request)).await;
         match decided {
             Ok(Approval::Approve) => Ok(()),
-            Ok(Approval::Decline { reason }) => Err(match reason {
-                Some(reason) => format!(
-                    "Calling {tool} was declined by the approver (policy approve = \"{pattern}\"): {reason}"
-                ),
-                None => format!(
-                    "Calling {tool} was declined by the approver (policy approve = \"{pattern}\")."
-                ),
-            }),
+            Ok(Approval::Decline { reason }) => Err(declined(tool, pattern, reason.as_deref())),
             Err(_) => Err(format!(
                 "Calling {tool} was declined: no approval decision within {} ms (policy approve = \"{pattern}\"; a timeout counts as a decline).",
                 self.timeout.as_millis()

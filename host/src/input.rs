@@ -8,7 +8,7 @@
 //! - A bad title is rejected with
 //!   `title must be a non-empty string of at most 120 characters.`
 
-use crate::approval::{Approver, ApproverSlot};
+use crate::approval::{ApprovalAnswer, Approver, ApproverSlot};
 use crate::client_tools::{
     check_client_tools, check_tool_results, parse_client_tools, parse_tool_results,
     ClientToolResult, ClientToolSpec,
@@ -167,6 +167,8 @@ pub struct WaitInput {
     pub cancel: bool,
     /// Answers to the run's client tool calls (operations.md §3.5).
     pub tool_results: Vec<ClientToolResult>,
+    /// Decisions on the run's calls that wait for a deferred approval.
+    pub approval_answers: Vec<ApprovalAnswer>,
     /// How the caller controls the call (`with_cancel`, `with_progress`,
     /// `with_approver`, `with_policy`).
     controls: CallControls,
@@ -180,6 +182,7 @@ impl WaitInput {
             owner: Owner::default(),
             cancel: false,
             tool_results: Vec::new(),
+            approval_answers: Vec::new(),
             controls: CallControls::default(),
         }
     }
@@ -191,6 +194,20 @@ impl WaitInput {
     /// guest's call with a catchable `tool_error`.
     pub fn with_tool_results(mut self, results: Vec<ClientToolResult>) -> Self {
         self.tool_results = results;
+        self
+    }
+
+    /// Decides calls of the run that wait for a deferred approval
+    /// (`pendingToolCalls` entries with method `approval`; see
+    /// [`ExecInput::with_deferred_approvals`]): an approved call starts, a
+    /// declined one rejects with a catchable `tool_error`. Each id at most
+    /// once, at most [`crate::MAX_PENDING_APPROVALS`]; an id that is not a
+    /// call of the run waiting for its approval (answered already, or never
+    /// made) makes the `wait` fail with `invalid_input` and change nothing.
+    /// Never read from JSON arguments ([`WaitInput::from_json`]): only the
+    /// embedder answers.
+    pub fn with_approval_answers(mut self, answers: Vec<ApprovalAnswer>) -> Self {
+        self.approval_answers = answers;
         self
     }
 
@@ -229,6 +246,7 @@ impl WaitInput {
         if let Some(policy) = &self.controls.policy {
             policy.check()?;
         }
+        crate::approval::check_answers(&self.approval_answers)?;
         check_tool_results(&self.tool_results)
     }
 }
@@ -243,6 +261,8 @@ pub(crate) struct CallControls {
     pub progress: Option<Progress>,
     /// Decides the call's approvals.
     pub approver: ApproverSlot,
+    /// The caller decides approvals itself, in a later `wait`.
+    pub defer_approvals: bool,
     /// The caller's policy, within the runtime's.
     pub policy: Option<Policy>,
     /// A `wait` for a run of another owner is refused as for no run at
@@ -290,6 +310,20 @@ macro_rules! call_controls {
             /// approver ([`crate::RuntimeBuilder::approver`]).
             pub fn with_approver(mut self, approver: std::sync::Arc<dyn Approver>) -> Self {
                 self.controls.approver = ApproverSlot(Some(approver));
+                self
+            }
+
+            /// Defers the approvals of this call's tool calls to its caller
+            /// (operations.md §3.4, [`crate::approval`]): instead of asking an
+            /// approver while the cell waits, a call that needs an approval
+            /// parks the cell with [`crate::WaitReason::Approval`], listed in
+            /// `pendingToolCalls` (method `approval`, `tool`, `input: {pattern,
+            /// arguments}`); answer with [`WaitInput::with_approval_answers`].
+            /// At most [`crate::MAX_PENDING_APPROVALS`] calls of a cell wait so.
+            /// Set it on each `exec` and `wait` whose caller answers so; it
+            /// outranks [`Self::with_approver`].
+            pub fn with_deferred_approvals(mut self) -> Self {
+                self.controls.defer_approvals = true;
                 self
             }
 

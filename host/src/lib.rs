@@ -78,7 +78,10 @@ pub mod store;
 mod tls;
 pub mod tools;
 
-pub use approval::{Approval, ApprovalRequest, Approver, MAX_APPROVAL_PREVIEW_BYTES};
+pub use approval::{
+    Approval, ApprovalAnswer, ApprovalRequest, Approver, MAX_APPROVAL_PREVIEW_BYTES,
+    MAX_APPROVAL_REASON_BYTES, MAX_PENDING_APPROVALS,
+};
 pub use client_tools::{
     ClientToolResult, ClientToolSpec, MAX_CLIENT_TOOLS, MAX_CLIENT_TOOLS_BYTES,
     MAX_CLIENT_TOOL_DESCRIPTION_BYTES, MAX_CLIENT_TOOL_INPUT_BYTES, MAX_CLIENT_TOOL_NAME_BYTES,

@@ -190,6 +190,11 @@ pub enum WaitReason {
     /// The cell called client tools (operations.md §3.5): the caller runs
     /// them and answers with `wait {toolResults}`.
     ClientTools,
+    /// Calls of the cell wait for approvals its caller decides
+    /// ([`crate::ExecInput::with_deferred_approvals`]): answered with
+    /// [`crate::WaitInput::with_approval_answers`]. Outranks `ClientTools`
+    /// when both wait.
+    Approval,
 }
 
 /// An unsettled bridge request of a parked cell.
@@ -199,12 +204,16 @@ pub struct PendingToolCall {
     /// `bridge:<method>:<seq>`.
     pub id: String,
     /// The request's method (`callValue`, `search`, `describe`, `sleep`,
-    /// `yield`, or `clientTool` for a call the caller runs).
+    /// `yield`, `clientTool` for a call the caller runs, or `approval` for
+    /// a call that waits for the caller's approval).
     pub method: String,
-    /// A `clientTool` call's tool name.
+    /// A `clientTool` call's tool name; the tool an `approval` is for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// A `clientTool` call's arguments.
+    /// A `clientTool` call's arguments; an `approval`'s `{pattern,
+    /// arguments}` (the policy pattern, and a preview of the call's
+    /// arguments as compact JSON, at most
+    /// [`crate::MAX_APPROVAL_PREVIEW_BYTES`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<serde_json::Value>,
 }

@@ -916,11 +916,41 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         session: &str,
     ) -> Option<crate::approval::Approvals> {
         Some(crate::approval::Approvals {
-            approver: own.or_else(|| self.approver.clone())?,
+            decider: crate::approval::Decider::Ask(own.or_else(|| self.approver.clone())?),
             timeout: std::time::Duration::from_millis(self.runs.limits.approval_timeout_ms()),
             clock: Default::default(),
             session: session.to_string(),
         })
+    }
+
+    /// A signing key for `purpose`, derived from the state key (so hosts
+    /// sharing the store share it); without a state key (the in-memory
+    /// store, whose runs never leave the process), a random key of this
+    /// process.
+    #[cfg(feature = "mcp-server")]
+    pub(crate) fn signing_key(&self, purpose: &[u8]) -> [u8; 32] {
+        static PROCESS_KEY: std::sync::OnceLock<crate::state_key::StateKey> =
+            std::sync::OnceLock::new();
+        let key = self.state_key.as_ref().unwrap_or_else(|| {
+            PROCESS_KEY.get_or_init(|| {
+                let mut random = [0u8; 32];
+                // Without the OS's randomness the key is still unique to
+                // this process's address space and time; runs of the
+                // in-memory store never leave the process.
+                if getrandom::fill(&mut random).is_err() {
+                    let seed = format!("{:p}{:?}", &random, std::time::SystemTime::now());
+                    random = <sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes()).into();
+                }
+                crate::state_key::StateKey::new(&random).expect("32 bytes is a valid key length")
+            })
+        });
+        key.derive(purpose)
+    }
+
+    /// The approval timeout (`[limits] approval_timeout_ms`), in milliseconds.
+    #[cfg(feature = "mcp-server")]
+    pub(crate) fn approval_timeout_ms(&self) -> u64 {
+        self.runs.limits.approval_timeout_ms()
     }
 
     /// The catalog, its projection and the tool implementations cells reach.

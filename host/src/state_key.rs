@@ -77,6 +77,16 @@ impl StateKey {
         )))
     }
 
+    /// A key for `purpose`, derived from this one (HMAC-SHA256 of the
+    /// purpose's label): hosts sharing the state key share it.
+    #[cfg_attr(not(feature = "mcp-server"), allow(dead_code))]
+    pub(crate) fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        let mut derive = <Hmac<Sha256> as hmac::Mac>::new_from_slice(&self.0[..])
+            .expect("HMAC takes any key length");
+        derive.update(purpose);
+        derive.finalize().into_bytes().into()
+    }
+
     /// The key in the file at `path`: its bytes, without trailing
     /// whitespace (a newline an editor added).
     ///

@@ -477,12 +477,24 @@ fn a_2026_07_28_request_gets_cache_hints_and_unknown_versions_are_named() {
 /// A `tools/call` of MCP 2026-07-28 as `token`'s principal on `port`, with
 /// the Tasks extension declared when `tasks`; the JSON-RPC message.
 fn modern_call(port: u16, token: &str, method: &str, params: Value, tasks: bool) -> Value {
-    let mut params = params;
     let capabilities = if tasks {
         serde_json::json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
     } else {
         serde_json::json!({})
     };
+    modern_request(port, token, method, params, capabilities)
+}
+
+/// A request of MCP 2026-07-28 as `token`'s principal on `port`, declaring
+/// the client capabilities `capabilities`; the JSON-RPC message.
+fn modern_request(
+    port: u16,
+    token: &str,
+    method: &str,
+    params: Value,
+    capabilities: Value,
+) -> Value {
+    let mut params = params;
     params["_meta"] = serde_json::json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": capabilities});
@@ -827,9 +839,24 @@ fn principal_hosts(
     tokens: &str,
     count: usize,
 ) -> (std::path::PathBuf, Vec<(HttpServer, u16)>) {
+    principal_hosts_with(name, tokens, count, None)
+}
+
+/// [`principal_hosts`] with a configuration file (its text; `RUNS` in it
+/// is replaced by the path of the scratch directory's `runs` file).
+fn principal_hosts_with(
+    name: &str,
+    tokens: &str,
+    count: usize,
+    config: Option<&str>,
+) -> (std::path::PathBuf, Vec<(HttpServer, u16)>) {
     let dir = std::env::temp_dir().join(format!("{name}-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tokens"), tokens).unwrap();
+    if let Some(config) = config {
+        let runs = dir.join("runs").display().to_string();
+        std::fs::write(dir.join("quickcell.toml"), config.replace("RUNS", &runs)).unwrap();
+    }
     let hosts = (0..count)
         .map(|_| {
             let mut chosen = 0;
@@ -840,10 +867,206 @@ fn principal_hosts(
                     .current_dir(&dir)
                     .args(["serve", "--http", &format!("127.0.0.1:{port}")])
                     .args(["--auth-token-file", "tokens", "--state-dir", "state"]);
+                if config.is_some() {
+                    command.args(["--config", "quickcell.toml"]);
+                }
                 command
             });
             (server, chosen)
         })
         .collect();
     (dir, hosts)
+}
+
+/// A configuration whose `nap` tool (which counts its runs in `RUNS`)
+/// needs an approval.
+const APPROVED_NAP: &str = concat!(
+    "[[tools]]\nname = \"nap\"\ndescription = \"Naps\"\ninput_schema = { type = \"object\" }\ncommand = [\"",
+    env!("CARGO_MANIFEST_DIR"),
+    "/fixtures/tools/nap.sh\", \"RUNS\", \"0\"]\n[policy]\napprove = [\"nap\"]\n"
+);
+
+/// A cell that calls `nap` and reports what it got.
+const NAP_CALL: &str =
+    "try { return await nap({x: 1}) } catch (e) { return {code: e.code, message: e.message} }";
+
+fn nap_runs(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string(dir.join("runs"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+/// The client capabilities of a 2026-07-28 client that answers form
+/// elicitations (and, with `tasks`, takes tasks).
+fn elicits(tasks: bool) -> Value {
+    let mut capabilities = serde_json::json!({"elicitation": {"form": {}}});
+    if tasks {
+        capabilities["extensions"] = serde_json::json!({"io.modelcontextprotocol/tasks": {}});
+    }
+    capabilities
+}
+
+/// MCP 2026-07-28 approvals are multi round-trip requests: a call that
+/// needs one parks the cell and `tools/call` answers `input_required` with
+/// a form elicitation and a signed `requestState`. The retry with the
+/// answer resumes the run on another host sharing the store, exactly once:
+/// the tool runs once, a replay is refused, and so are a state presented
+/// by another principal, with other arguments, or altered. A decline
+/// rejects the call; a client without elicitation is never asked (the
+/// call is denied).
+#[test]
+fn an_approval_is_an_input_required_round_trip_answered_once_on_any_host() {
+    let (dir, hosts) = principal_hosts_with(
+        "quickcell-mrtr",
+        "alice token-a\nbob token-b\n",
+        2,
+        Some(APPROVED_NAP),
+    );
+    let (a, b) = (hosts[0].1, hosts[1].1);
+    let exec = serde_json::json!({"name": "exec", "arguments": {"title": "nap", "code": NAP_CALL}});
+    let asked = modern_request(a, "token-a", "tools/call", exec.clone(), elicits(false));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{asked}");
+    let (key, request) = requests.iter().next().unwrap();
+    assert!(key.starts_with("approve-"), "{key}");
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    let message = request["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("call nap (policy approve = \"nap\") with these arguments: {\"x\":1}"),
+        "{message}"
+    );
+    assert_eq!(
+        request["params"]["requestedSchema"]["properties"]["approve"]["type"],
+        "boolean"
+    );
+    let state = result["requestState"].as_str().unwrap().to_string();
+    assert_eq!(nap_runs(&dir), 0, "nothing ran before the answer");
+    let accept = serde_json::json!({key: {"action": "accept", "content": {"approve": true}}});
+    let retry = |port: u16, token: &str, arguments: &Value, state: &str| {
+        let mut params = serde_json::json!({"name": "exec", "arguments": arguments});
+        params["inputResponses"] = accept.clone();
+        params["requestState"] = Value::from(state);
+        modern_request(port, token, "tools/call", params, elicits(false))
+    };
+    let arguments = &exec["arguments"];
+    // Another principal, other arguments, an altered state: refused, and
+    // the run stays as it was.
+    let mut altered = state.clone();
+    altered.pop();
+    for (token, args, state) in [
+        ("token-b", arguments.clone(), state.as_str()),
+        (
+            "token-a",
+            serde_json::json!({"title": "nap", "code": "return 1"}),
+            state.as_str(),
+        ),
+        ("token-a", arguments.clone(), altered.as_str()),
+    ] {
+        let refused = retry(b, token, &args, state);
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    assert_eq!(nap_runs(&dir), 0);
+    // The answer, on the other host: the run resumes there and the call runs.
+    let done = retry(b, "token-a", arguments, &state);
+    assert_eq!(
+        done["result"]["structuredContent"]["value"],
+        serde_json::json!({"napped": {"x": 1}}),
+        "{done}"
+    );
+    assert_eq!(nap_runs(&dir), 1);
+    // A replay, on either host: refused; the tool does not run again.
+    for port in [a, b] {
+        let replayed = retry(port, "token-a", arguments, &state);
+        assert_eq!(replayed["error"]["code"], -32602, "{replayed}");
+        assert!(
+            replayed["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("requestState was used already"),
+            "{replayed}"
+        );
+    }
+    assert_eq!(nap_runs(&dir), 1);
+    // A decline rejects the call with its tool_error.
+    let asked = modern_request(a, "token-a", "tools/call", exec.clone(), elicits(false));
+    let key = asked["result"]["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let mut params = exec.clone();
+    params["inputResponses"] = serde_json::json!({key: {"action": "decline"}});
+    params["requestState"] = asked["result"]["requestState"].clone();
+    let declined = modern_request(b, "token-a", "tools/call", params, elicits(false));
+    assert_eq!(
+        declined["result"]["structuredContent"]["value"]["message"],
+        "Calling nap was declined by the approver (policy approve = \"nap\"): the user declined it",
+        "{declined}"
+    );
+    // No elicitation declared: the call is denied, nobody is asked.
+    let denied = modern_request(a, "token-a", "tools/call", exec, serde_json::json!({}));
+    let message = denied["result"]["structuredContent"]["value"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("has no way to ask for one"), "{denied}");
+    assert_eq!(nap_runs(&dir), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Under the Tasks extension an approval makes the task `input_required`:
+/// `tasks/get` carries the elicitation, `tasks/update` on another host
+/// answers it, the task completes with the call's result, and a second
+/// update changes nothing.
+#[test]
+fn a_task_asks_for_its_approval_and_tasks_update_answers_it() {
+    let (dir, hosts) = principal_hosts_with(
+        "quickcell-task-approval",
+        "alice token-a\n",
+        2,
+        Some(APPROVED_NAP),
+    );
+    let (a, b) = (hosts[0].1, hosts[1].1);
+    let created = modern_request(
+        a,
+        "token-a",
+        "tools/call",
+        serde_json::json!({"name": "exec", "arguments": {"title": "nap", "code": NAP_CALL}}),
+        elicits(true),
+    );
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    assert_eq!(created["result"]["status"], "input_required", "{created}");
+    let task = created["result"]["taskId"].as_str().unwrap().to_string();
+    let got = modern_request(
+        b,
+        "token-a",
+        "tasks/get",
+        serde_json::json!({"taskId": task}),
+        elicits(true),
+    );
+    assert_eq!(got["result"]["status"], "input_required", "{got}");
+    let requests = got["result"]["inputRequests"].as_object().unwrap();
+    let (key, request) = requests.iter().next().unwrap();
+    assert_eq!(request["method"], "elicitation/create", "{got}");
+    assert_eq!(nap_runs(&dir), 0);
+    let update = serde_json::json!({"taskId": task, "inputResponses": {
+        key: {"action": "accept", "content": {"approve": true}}, "unknown": {}}});
+    let ack = modern_request(b, "token-a", "tasks/update", update.clone(), elicits(true));
+    assert!(ack["result"].is_object(), "{ack}");
+    let ended = task_end(a, "token-a", &task);
+    assert_eq!(ended["result"]["status"], "completed", "{ended}");
+    assert_eq!(
+        ended["result"]["result"]["structuredContent"]["value"],
+        serde_json::json!({"napped": {"x": 1}}),
+        "{ended}"
+    );
+    // Answered already: acknowledged, nothing runs again.
+    let again = modern_request(a, "token-a", "tasks/update", update, elicits(true));
+    assert!(again["result"].is_object(), "{again}");
+    assert_eq!(nap_runs(&dir), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -46,6 +46,8 @@ pub(crate) struct CallContext<'a> {
     pub approvals: Option<&'a Approvals>,
     /// The cell resumed under other tools than it parked with.
     pub catalog_changed: bool,
+    /// The caller approved this call already (a deferred approval).
+    pub approved: bool,
 }
 
 /// Arguments of a `callValue` request.
@@ -80,6 +82,7 @@ pub(crate) fn start(
         restart_safe,
         approvals,
         catalog_changed,
+        approved,
     } = context;
     let CallValueArgs { callable, input } = match serde_json::from_str(args_json) {
         Ok(args) => args,
@@ -119,7 +122,8 @@ pub(crate) fn start(
             input: prepared.arguments,
         };
     }
-    let approval = match (tools.approval_pattern(&prepared.id), approvals) {
+    let pattern = tools.approval_pattern(&prepared.id).filter(|_| !approved);
+    let approval = match (pattern, approvals) {
         (None, _) => None,
         (Some(pattern), None) => {
             return Start::Settled(err(
@@ -127,6 +131,16 @@ pub(crate) fn start(
                 approval_denied(&prepared.display_name, pattern),
                 "tool_error",
             ))
+        }
+        (Some(pattern), Some(approvals))
+            if matches!(approvals.decider, crate::approval::Decider::Caller) =>
+        {
+            return Start::Deferred(super::DeferredApproval {
+                tool: prepared.display_name.clone(),
+                pattern: pattern.to_string(),
+                arguments: crate::approval::preview(&prepared.arguments),
+                call: None,
+            });
         }
         (Some(pattern), Some(approvals)) => Some((
             approvals.clone(),

@@ -152,6 +152,29 @@ pub(crate) fn check_answers(
     Ok(())
 }
 
+/// Checks the caller's approval answers against a parked run's records:
+/// each id must name a call that waits for its approval. Fails with the
+/// `invalid_input` message naming the first that does not; nothing is
+/// answered then (a replayed answer is refused so).
+pub(crate) fn check_approval_answers(
+    state: &BridgeState,
+    answers: &[crate::ApprovalAnswer],
+) -> Result<(), String> {
+    for answer in answers {
+        let pending = answer
+            .request_id()
+            .and_then(|id| state.outstanding.get(&id))
+            .is_some_and(|o| o.method == APPROVAL_METHOD);
+        if !pending {
+            return Err(format!(
+                "`{}` is not a call of this run that waits for an approval (answered already, or never made). Nothing was answered.",
+                answer.id.escape_debug()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `method` reaches the state store (the session store or saved
 /// results).
 fn is_store_request(method: &str) -> bool {
@@ -166,7 +189,10 @@ fn is_store_request(method: &str) -> bool {
 /// client tool call, or a session-store or saved-result request (a cell
 /// parks only once those have finished).
 fn is_host_tool_work(method: &str) -> bool {
-    !matches!(method, "sleep" | "yield" | CLIENT_TOOL_METHOD) && !is_store_request(method)
+    !matches!(
+        method,
+        "sleep" | "yield" | CLIENT_TOOL_METHOD | APPROVAL_METHOD
+    ) && !is_store_request(method)
 }
 
 /// How a request starts.
@@ -183,6 +209,9 @@ pub(crate) enum Start {
         /// The validated arguments.
         input: Value,
     },
+    /// A call whose approval the caller decides in a later `wait`
+    /// ([`crate::approval`]): it waits in the records until then.
+    Deferred(DeferredApproval),
 }
 
 /// The method of a call the caller runs, in the bridge's records and in
@@ -195,6 +224,27 @@ pub(crate) const CLIENT_TOOL_METHOD: &str = "clientTool";
 struct ClientCall {
     tool: String,
     input: Value,
+}
+
+/// The method of a call that waits for its caller's approval, in the
+/// bridge's records and in `pendingToolCalls`.
+pub(crate) const APPROVAL_METHOD: &str = "approval";
+
+/// What a call waiting for a deferred approval records (`args_json` of its
+/// [`Outstanding`]): what the caller is shown, and the call itself, which
+/// starts as it was made once approved.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct DeferredApproval {
+    /// The tool as the catalog names it.
+    pub tool: String,
+    /// The policy's `approve` pattern it matched.
+    pub pattern: String,
+    /// The arguments preview ([`crate::approval::preview`]).
+    pub arguments: String,
+    /// The `callValue` request's arguments, as the guest sent them (filled
+    /// in by the bridge).
+    #[serde(default)]
+    pub call: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl Start {
@@ -271,6 +321,10 @@ pub(crate) struct Bridge {
     /// The cell resumed with other tools than it parked with: a call to a
     /// tool that is gone gets [`calls::PERMISSION_CHANGED`].
     catalog_changed: bool,
+    /// Calls the caller approved, queued to start without asking again
+    /// (not kept across a park: one that parks before it starts is asked
+    /// about again).
+    approved: std::collections::HashSet<u64>,
 }
 
 impl Bridge {
@@ -302,6 +356,7 @@ impl Bridge {
             approvals: None,
             tool_calls_started: 0,
             catalog_changed: false,
+            approved: Default::default(),
         }
     }
 
@@ -455,6 +510,16 @@ impl Bridge {
                     call.tool = Some(tool);
                     call.input = Some(input);
                 }
+                let approval = (r.method == APPROVAL_METHOD)
+                    .then(|| serde_json::from_str::<DeferredApproval>(&r.args_json).ok())
+                    .flatten();
+                if let Some(approval) = approval {
+                    call.tool = Some(approval.tool);
+                    call.input = Some(serde_json::json!({
+                        "pattern": approval.pattern,
+                        "arguments": approval.arguments,
+                    }));
+                }
                 call
             })
             .collect()
@@ -473,6 +538,68 @@ impl Bridge {
         self.outstanding
             .values()
             .any(|r| r.method == CLIENT_TOOL_METHOD)
+    }
+
+    /// Whether a call waits for its caller's approval.
+    pub(crate) fn has_deferred_approvals(&self) -> bool {
+        self.outstanding
+            .values()
+            .any(|r| r.method == APPROVAL_METHOD)
+    }
+
+    /// Applies the caller's approval decisions (checked with
+    /// [`check_approval_answers`]): an approved call is queued again as it
+    /// was made and starts without asking; a declined one rejects with
+    /// its `tool_error`.
+    pub(crate) fn answer_approvals(&mut self, answers: &[crate::ApprovalAnswer]) {
+        for answer in answers {
+            let Some(id) = answer.request_id() else {
+                continue;
+            };
+            let Some(record) = self
+                .outstanding
+                .get_mut(&id)
+                .filter(|o| o.method == APPROVAL_METHOD)
+            else {
+                continue;
+            };
+            let deferred = serde_json::from_str::<DeferredApproval>(&record.args_json);
+            match (&answer.decision, deferred) {
+                (
+                    crate::Approval::Approve,
+                    Ok(DeferredApproval {
+                        call: Some(call), ..
+                    }),
+                ) => {
+                    let args_json: Arc<str> = Arc::from(call.get());
+                    record.method = "callValue".to_string();
+                    record.args_json = args_json.clone();
+                    record.started = false;
+                    self.approved.insert(id);
+                    self.queued.push_front(BridgeRequest {
+                        id,
+                        method: "callValue".to_string(),
+                        args_json,
+                        oversized_args: None,
+                        over_outstanding_cap: false,
+                    });
+                }
+                (decision, deferred) => {
+                    self.outstanding.remove(&id);
+                    let message = match (decision, deferred) {
+                        (crate::Approval::Decline { reason }, Ok(d)) => {
+                            crate::approval::declined(&d.tool, &d.pattern, reason.as_deref())
+                        }
+                        _ => "the call's approval record is unreadable: the call was denied"
+                            .to_string(),
+                    };
+                    if let Some(progress) = &self.progress {
+                        progress.tool_settled(None);
+                    }
+                    self.ready.push_back(err(id, message, "tool_error"));
+                }
+            }
+        }
     }
 
     /// Settles client tool calls with the caller's answers: a value
@@ -603,6 +730,7 @@ impl Bridge {
             || !self.ready.is_empty()
             || !self.yields.is_empty()
             || self.has_client_calls()
+            || self.has_deferred_approvals()
     }
 
     /// Collects requests that finished since the last look (without
@@ -704,6 +832,7 @@ impl Bridge {
                     restart_safe: self.restart_safe,
                     approvals: self.approvals.as_ref(),
                     catalog_changed: self.catalog_changed,
+                    approved: self.approved.remove(&id),
                 },
                 id,
                 &request.args_json,
@@ -793,6 +922,38 @@ impl Bridge {
                     o.args_json = Arc::from(call);
                 }
                 // Never replay-safe: the host cannot tell what the caller did.
+                return false;
+            }
+            Start::Deferred(mut approval) => {
+                let waiting = self
+                    .outstanding
+                    .values()
+                    .filter(|o| o.method == APPROVAL_METHOD)
+                    .count();
+                if waiting >= crate::approval::MAX_PENDING_APPROVALS {
+                    let cap = crate::approval::MAX_PENDING_APPROVALS;
+                    self.ready.push_back(err(
+                        id,
+                        format!("{cap} calls of this cell already wait for an approval; await them before making more calls that need one."),
+                        "tool_error",
+                    ));
+                    return true;
+                }
+                if let Some(o) = self.outstanding.get_mut(&id) {
+                    approval.call =
+                        serde_json::value::RawValue::from_string(o.args_json.to_string()).ok();
+                    match serde_json::to_string(&approval) {
+                        Ok(json) => {
+                            o.method = APPROVAL_METHOD.to_string();
+                            o.args_json = Arc::from(json);
+                        }
+                        Err(e) => {
+                            self.ready.push_back(malformed(id, e));
+                            return true;
+                        }
+                    }
+                }
+                // Nothing ran: running it again is the caller's decision.
                 return false;
             }
         };

@@ -32,9 +32,12 @@ impl Bridge {
         }
         let now = unix_ms();
         for (id, request) in outstanding {
-            // Yields and client tool calls wait for the caller wherever
-            // the run resumes.
-            if bridge.yields.contains(&id) || request.method == CLIENT_TOOL_METHOD {
+            // Yields, client tool calls and deferred approvals wait for the
+            // caller wherever the run resumes.
+            if bridge.yields.contains(&id)
+                || request.method == CLIENT_TOOL_METHOD
+                || request.method == super::APPROVAL_METHOD
+            {
                 bridge.outstanding.insert(id, request);
                 continue;
             }

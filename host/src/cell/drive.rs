@@ -89,11 +89,13 @@ impl LiveCell {
                 // detached requests outstanding).
                 _ => {}
             }
-            // A client tool call waits for the caller, who can only
-            // answer a parked run: park once what is ready is delivered
+            // A client tool call (or a deferred approval) waits for the
+            // caller, who can only answer a parked run: park once what is ready is delivered
             // (so that calls made together park together), also in an
             // `awaitResults` call.
-            if self.bridge.has_client_calls() && !self.bridge.has_ready() {
+            if (self.bridge.has_client_calls() || self.bridge.has_deferred_approvals())
+                && !self.bridge.has_ready()
+            {
                 return self.park(env).await;
             }
             if self.bridge.has_yield() {

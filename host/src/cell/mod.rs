@@ -247,16 +247,22 @@ async fn instantiate(
     Ok((store, exports, fuel))
 }
 
-/// Who decides a call's approvals: its own approver, else the runtime's;
-/// `None` when neither exists (such calls are denied).
+/// Who decides a call's approvals: its caller, when it defers them
+/// ([`crate::ExecInput::with_deferred_approvals`]); else its own approver,
+/// else the runtime's; `None` when none exists (such calls are denied).
 fn approvals(
     env: &CellEnv<'_>,
-    own: Option<&Arc<dyn crate::approval::Approver>>,
+    controls: &crate::input::CallControls,
     owner: &Owner,
 ) -> Option<crate::approval::Approvals> {
-    let approver = own.or(env.approver)?.clone();
+    use crate::approval::Decider;
+    let decider = if controls.defer_approvals {
+        Decider::Caller
+    } else {
+        Decider::Ask(controls.approver.0.as_ref().or(env.approver)?.clone())
+    };
     Some(crate::approval::Approvals {
-        approver,
+        decider,
         timeout: Duration::from_millis(env.runs.limits.approval_timeout_ms()),
         clock: Arc::default(),
         session: owner.session.clone(),
@@ -341,11 +347,7 @@ pub(crate) async fn exec(
         owner: input.owner.clone(),
     });
     bridge.set_progress(input.controls().progress.clone());
-    bridge.set_approvals(approvals(
-        env,
-        input.controls().approver.0.as_ref(),
-        &input.owner,
-    ));
+    bridge.set_approvals(approvals(env, input.controls(), &input.owner));
     let cell = LiveCell {
         store,
         exports,

@@ -213,7 +213,9 @@ impl LiveCell {
             self.run_id = Some(run_id);
             return self.end(env, aborted_ending()).await;
         }
-        let reason = if self.bridge.has_client_calls() {
+        let reason = if self.bridge.has_deferred_approvals() {
+            WaitReason::Approval
+        } else if self.bridge.has_client_calls() {
             WaitReason::ClientTools
         } else if self.bridge.only_yields() {
             WaitReason::Yield

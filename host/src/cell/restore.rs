@@ -59,7 +59,10 @@ pub(super) async fn restore(
     }
     // Answers to calls the run does not wait on change nothing: the run
     // stays parked as it was.
-    if let Err(message) = crate::bridge::check_answers(&host.bridge, &input.tool_results) {
+    let checked = crate::bridge::check_answers(&host.bridge, &input.tool_results).and_then(|()| {
+        crate::bridge::check_approval_answers(&host.bridge, &input.approval_answers)
+    });
+    if let Err(message) = checked {
         if let Some(bridge) = live {
             hand_back(env, run_id, claimed.generation, bridge);
         }
@@ -186,8 +189,9 @@ pub(super) async fn restore(
         agent_run: host.agent_run.clone(),
         session: host.session.clone(),
     };
-    bridge.set_approvals(approvals(env, input.controls().approver.0.as_ref(), &owner));
+    bridge.set_approvals(approvals(env, input.controls(), &owner));
     bridge.answer_client_calls(&input.tool_results);
+    bridge.answer_approvals(&input.approval_answers);
     let tool_calls_before = bridge.tool_calls_started();
     bridge.release_yields();
     bridge.collect_finished();

@@ -78,10 +78,10 @@ use std::sync::{
 use rmcp::{
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CustomRequest,
-        CustomResult, DiscoverResult, ElicitRequestParams, ElicitationAction, ErrorCode,
-        Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
-        PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-        ServerCapabilities, ServerConfig, Tool,
+        CustomResult, DiscoverResult, ErrorCode, Implementation, InitializeRequestParams,
+        InitializeResult, JsonObject, ListToolsResult, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities,
+        ServerConfig, Tool,
     },
     service::{ElicitationMode, Peer, RequestContext},
     ErrorData, RoleServer, ServerHandler,
@@ -90,7 +90,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{Approval, ApprovalRequest, Approver};
+use crate::approval::Approver;
 use crate::error::Error;
 use crate::progress::Progress;
 use crate::result::CellResult;
@@ -98,6 +98,7 @@ use crate::Runtime;
 use tool_search::CatalogReply;
 pub use transport::{HttpOptions, DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, MAX_PRINCIPALS};
 
+mod approvals;
 mod service;
 mod tasks;
 mod tool_search;
@@ -125,6 +126,11 @@ pub(crate) struct CallControl {
     pub conceal_owners: bool,
     /// The request's `_meta` `traceparent` and `tracestate`.
     pub trace_context: Option<(String, Option<String>)>,
+    /// The caller answers approvals itself (MCP 2026-07-28:
+    /// `input_required`, see [`approvals`]).
+    pub defer_approvals: bool,
+    /// Its answers, for a `wait`.
+    pub approval_answers: Vec<crate::ApprovalAnswer>,
 }
 
 impl From<CallControl> for crate::input::CallControls {
@@ -133,59 +139,10 @@ impl From<CallControl> for crate::input::CallControls {
             cancel_token: call.cancel,
             progress: Some(call.progress),
             approver: crate::approval::ApproverSlot(call.approver),
+            defer_approvals: call.defer_approvals,
             policy: None,
             conceal_owners: call.conceal_owners,
             trace_context: call.trace_context,
-        }
-    }
-}
-
-/// Asks the MCP client whether a call that needs an approval may run, with
-/// a form elicitation (`elicitation/create`): the tool, the policy pattern
-/// and a preview of the arguments, and one boolean, `approve`. Accepting
-/// with `approve: true` approves; anything else — `approve: false`, a
-/// decline, a dismissal, an error — declines.
-struct ElicitingApprover {
-    peer: Peer<RoleServer>,
-}
-
-#[async_trait::async_trait]
-impl Approver for ElicitingApprover {
-    async fn decide(&self, request: &ApprovalRequest) -> Approval {
-        let decline = |reason: String| Approval::Decline {
-            reason: Some(reason),
-        };
-        let params = json!({
-            "mode": "form",
-            "message": format!(
-                "A Code Mode cell wants to call {} (policy approve = \"{}\") with these arguments: {}. Approve this call?",
-                request.tool, request.pattern, request.arguments_preview
-            ),
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "approve": {"type": "boolean", "title": "Approve", "description": "Let this one call run."}
-                },
-                "required": ["approve"]
-            }
-        });
-        let params = match serde_json::from_value::<ElicitRequestParams>(params) {
-            Ok(params) => params,
-            Err(e) => return decline(format!("the approval request could not be built: {e}")),
-        };
-        match self.peer.create_elicitation(params).await {
-            Ok(result) => match result.action {
-                ElicitationAction::Accept
-                    if result.content.as_ref().and_then(|c| c.get("approve"))
-                        == Some(&Value::Bool(true)) =>
-                {
-                    Approval::Approve
-                }
-                ElicitationAction::Accept => decline("the user did not approve it".into()),
-                ElicitationAction::Decline => decline("the user declined it".into()),
-                _ => decline("the user dismissed the request".into()),
-            },
-            Err(e) => decline(format!("the MCP client could not be asked: {e}")),
         }
     }
 }
@@ -218,6 +175,10 @@ pub(crate) trait CellService: Send + Sync + 'static {
     ) -> Result<(), String>;
     /// Every task record of `scope`.
     async fn task_records(&self, scope: &str) -> Result<Vec<(String, tasks::TaskRecord)>, String>;
+    /// The key that signs `requestState`s ([`approvals::RequestStates`]).
+    fn request_state_key(&self) -> [u8; 32];
+    /// How long a client has to answer an approval, in milliseconds.
+    fn approval_timeout_ms(&self) -> u64;
     /// The `exec` tool's description (it carries a quick index of tools and changes rarely).
     fn exec_description(&self) -> String;
     /// The bounded directory of trusted host tools (tool-search.md §11).
@@ -745,7 +706,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
     ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
         let scope = self.task_scope(&context, &request.task_id)?;
         let record = tasks::live_record(&*self.service, &scope, &request.task_id).await?;
-        if !record.status.is_terminal() {
+        if record.status == rmcp::model::TaskStatus::Working {
             // A host that stopped left it parked: this one takes it over
             // (one host resumes a run at a time).
             tasks::drive(
@@ -753,6 +714,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 self.drivers.clone(),
                 scope.to_string(),
                 request.task_id.clone(),
+                Vec::new(),
             );
         }
         Ok(rmcp::model::GetTaskResult::new(
@@ -765,12 +727,18 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         request: rmcp::model::UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // quickcell's tasks ask for no input: a live task acknowledges
-        // (unknown keys are ignored, as the extension says).
+        // Answers to the approvals a task asks about resume it; anything
+        // else is acknowledged (unknown keys are ignored, as the extension
+        // says).
         let scope = self.task_scope(&context, &request.task_id)?;
-        tasks::live_record(&*self.service, &scope, &request.task_id)
-            .await
-            .map(drop)
+        tasks::update(
+            &self.service,
+            &self.drivers,
+            &scope,
+            &request.task_id,
+            &request.input_responses,
+        )
+        .await
     }
 
     async fn cancel_task(
@@ -826,7 +794,7 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 None,
             ));
         };
-        let args = Value::Object(request.arguments.unwrap_or_default());
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
         // An MCP session opened by one principal's token is not another's.
         if self.initialized.load(Ordering::Acquire) {
             let owner = lock(&self.owner).clone();
@@ -847,18 +815,55 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 .client_capabilities()
                 .is_some_and(|c| c.supports_tasks());
         let task_scope = session.clone();
-        let elicits = context
-            .peer
-            .supported_elicitation_modes()
-            .contains(&ElicitationMode::Form);
+        // MCP 2026-07-28 has no server-initiated requests: approvals go to
+        // the caller as `input_required` ([`approvals`]); older revisions
+        // ask with `elicitation/create` while the cell waits.
+        let modern = stateless(&context);
+        let defer_approvals = modern && approvals::request_elicits(&context);
+        let elicits = !modern
+            && context
+                .peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form);
+        let states = if modern {
+            Some(approvals::RequestStates::new(
+                self.service.request_state_key(),
+                self.service.approval_timeout_ms(),
+            )?)
+        } else {
+            None
+        };
+        // The retry of an `input_required`: the run resumes with the
+        // answers, whatever the arguments ask.
+        let retry = match (&request.request_state, &states, operation) {
+            (None, ..) => None,
+            (Some(sealed), Some(states), Operation::Exec | Operation::Wait) => Some(states.open(
+                &session,
+                operation.name(),
+                &args,
+                sealed,
+                request.input_responses.as_ref(),
+            )?),
+            (Some(_), ..) => return Err(ErrorData::invalid_params(
+                "requestState answers an input_required result of exec or wait (MCP 2026-07-28)",
+                None,
+            )),
+        };
+        let (retry_run, approval_answers) = match retry {
+            Some(retry) => (Some(retry.run_id), retry.answers),
+            None => (None, Vec::new()),
+        };
+        let retried = retry_run.is_some();
         let control = CallControl {
             cancel: context.ct.clone(),
             progress: Progress::new(),
             approver: elicits.then(|| {
-                Arc::new(ElicitingApprover {
+                Arc::new(approvals::ElicitingApprover {
                     peer: context.peer.clone(),
                 }) as Arc<dyn Approver>
             }),
+            defer_approvals,
+            approval_answers,
             conceal_owners: session.starts_with(PRINCIPAL_SCOPE),
             trace_context: context.meta.get_traceparent().map(|parent| {
                 (
@@ -875,7 +880,14 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         };
         // Its own task, so that a panic in the service fails this call alone
         // instead of leaving it unanswered.
+        let call_args = args.clone();
         let task = tokio::spawn(async move {
+            let args = call_args;
+            if let Some(run_id) = retry_run {
+                return Ok(service
+                    .wait(&session, json!({"runId": run_id}), control)
+                    .await);
+            }
             match operation {
                 Operation::Exec => Ok(service.exec(&session, args, control).await),
                 Operation::Wait => Ok(service.wait(&session, args, control).await),
@@ -886,22 +898,55 @@ impl<S: CellService> ServerHandler for McpServer<S> {
         });
         let joined = task.await;
         drop(reporter);
+        let asks = |waiting: &crate::result::Waiting| {
+            waiting.reason == crate::WaitReason::Approval && defer_approvals
+        };
         match joined {
             Ok(Ok(CellResult::Waiting(waiting)))
                 if tasked && waiting.reason != crate::WaitReason::ClientTools =>
             {
+                let asking =
+                    asks(&waiting).then(|| approvals::input_requests(&waiting.pending_tool_calls));
                 let created = tasks::create(
                     &self.service,
                     &self.drivers,
                     &task_scope,
-                    &waiting.run_id,
-                    self.options.task_ttl_ms,
+                    tasks::NewTask {
+                        run_id: &waiting.run_id,
+                        ttl_ms: self.options.task_ttl_ms,
+                        elicits: defer_approvals,
+                        asking,
+                    },
                 )
                 .await;
-                Ok(match created {
-                    Some(task) => CallToolResponse::Task(task),
-                    None => tool_result(CellResult::Waiting(waiting)).into(),
-                })
+                match (created, &states) {
+                    (Some(task), _) => Ok(CallToolResponse::Task(task)),
+                    (None, Some(states)) if asks(&waiting) => Ok(states
+                        .input_required(&task_scope, operation.name(), &args, &waiting)?
+                        .into()),
+                    (None, _) => Ok(tool_result(CellResult::Waiting(waiting)).into()),
+                }
+            }
+            Ok(Ok(CellResult::Waiting(waiting))) if asks(&waiting) && states.is_some() => {
+                let states = states.as_ref().ok_or_else(|| {
+                    ErrorData::internal_error("no request states for a 2026-07-28 request", None)
+                })?;
+                Ok(states
+                    .input_required(&task_scope, operation.name(), &args, &waiting)?
+                    .into())
+            }
+            // A retry whose calls wait no more (answered already: a
+            // replay) or whose run is gone.
+            Ok(Ok(CellResult::Failed(failed)))
+                if retried && failed.code == crate::ErrorCode::InvalidInput =>
+            {
+                Err(ErrorData::invalid_params(
+                    format!(
+                        "requestState was used already, or its run has ended: {}",
+                        failed.error
+                    ),
+                    None,
+                ))
             }
             Ok(Ok(result)) => Ok(tool_result(result).into()),
             Ok(Err(result)) => Ok(result.into()),

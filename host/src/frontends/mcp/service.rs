@@ -25,10 +25,21 @@ impl CellService for Runtime {
     }
 
     async fn wait(&self, session: &str, args: serde_json::Value, call: CallControl) -> CellResult {
+        let answers = call.approval_answers.clone();
         self.wait_json_controlled(session_owner(session), &args, |input| {
-            input.with_controls(call.into())
+            input
+                .with_approval_answers(answers)
+                .with_controls(call.into())
         })
         .await
+    }
+
+    fn request_state_key(&self) -> [u8; 32] {
+        self.signing_key(b"quickcell mcp request state v1")
+    }
+
+    fn approval_timeout_ms(&self) -> u64 {
+        Runtime::approval_timeout_ms(self)
     }
 
     async fn close_session(&self, session: &str) {

@@ -19,6 +19,14 @@
 //!   protocol errors only). A host that stops leaves the run parked: the
 //!   next `tasks/get` for it, on any host, takes it over (a run is resumed
 //!   by one host at a time).
+//! - **Approvals.** A task's cell defers its approvals to the client when
+//!   the creating request declared form elicitation ([`super::approvals`]):
+//!   a call that needs one parks the cell and the task goes
+//!   `input_required`, its `inputRequests` in the record, and nothing
+//!   drives it. `tasks/update` with `inputResponses` (on any host) sets it
+//!   `working` again and resumes the run with the answers; responses to
+//!   keys the task does not ask about are ignored, and a task that asks
+//!   nothing acknowledges and stays as it is.
 //! - **Cancel.** `tasks/cancel` cancels the run (`aborted`) on whichever
 //!   host holds it and marks the task `cancelled`; acknowledged at once,
 //!   also for a task that has ended.
@@ -28,7 +36,8 @@
 //!   that parks answers `waiting` as without the extension.
 
 use rmcp::model::{
-    CreateTaskResult, DetailedTask, ErrorCode, JsonObject, Task, TaskPayload, TaskStatus,
+    CreateTaskResult, DetailedTask, ErrorCode, InputRequests, InputResponses, JsonObject, Task,
+    TaskPayload, TaskStatus,
 };
 use rmcp::ErrorData;
 use serde::{Deserialize, Serialize};
@@ -59,6 +68,12 @@ pub(crate) struct TaskRecord {
     /// The JSON-RPC error, once failed.
     #[serde(default)]
     pub(crate) error: Option<Value>,
+    /// The `inputRequests`, while `input_required`.
+    #[serde(default)]
+    pub(crate) input_requests: Option<InputRequests>,
+    /// The client answers approvals (it declared form elicitation).
+    #[serde(default)]
+    pub(crate) elicits: bool,
 }
 
 impl TaskRecord {
@@ -80,6 +95,9 @@ impl TaskRecord {
                 error: object(&self.error),
             },
             TaskStatus::Cancelled => TaskPayload::Cancelled,
+            TaskStatus::InputRequired => TaskPayload::InputRequired {
+                input_requests: self.input_requests.clone().unwrap_or_default(),
+            },
             _ => TaskPayload::Working,
         };
         DetailedTask::new(self.task(task_id), payload)
@@ -142,17 +160,34 @@ pub(crate) fn tasks_not_declared() -> ErrorData {
     )
 }
 
-/// Makes the parked run `run_id` of `scope` a task, or `None` when it
+/// How a task begins.
+pub(crate) struct NewTask<'a> {
+    /// The parked run, whose id the task takes.
+    pub(crate) run_id: &'a str,
+    /// Its time to live, in milliseconds.
+    pub(crate) ttl_ms: u64,
+    /// The client answers approvals.
+    pub(crate) elicits: bool,
+    /// The approvals the run waits for (`input_required`), if it does.
+    pub(crate) asking: Option<InputRequests>,
+}
+
+/// Makes the parked run `task.run_id` of `scope` a task, or `None` when it
 /// cannot be kept (the scope's task cap, a store that fails): the caller
-/// then answers `waiting`. The record is written before this returns; the
-/// driver starts.
+/// then answers as without the extension. The record is written before
+/// this returns; the driver starts, unless the task waits for input.
 pub(crate) async fn create<S: CellService>(
     service: &Arc<S>,
     drivers: &Arc<TaskDrivers>,
     scope: &str,
-    run_id: &str,
-    ttl_ms: u64,
+    task: NewTask<'_>,
 ) -> Option<CreateTaskResult> {
+    let NewTask {
+        run_id,
+        ttl_ms,
+        elicits,
+        asking,
+    } = task;
     let now = now_ms();
     // Expired records go first.
     let records = service.task_records(scope).await.ok()?;
@@ -171,33 +206,44 @@ pub(crate) async fn create<S: CellService>(
         return None;
     }
     let record = TaskRecord {
-        status: TaskStatus::Working,
+        status: if asking.is_some() {
+            TaskStatus::InputRequired
+        } else {
+            TaskStatus::Working
+        },
         created_ms: now,
         updated_ms: now,
         ttl_ms,
         result: None,
         error: None,
+        input_requests: asking,
+        elicits,
     };
     service
         .set_task_record(scope, run_id, Some(&record))
         .await
         .ok()?;
-    drive(
-        service.clone(),
-        drivers.clone(),
-        scope.into(),
-        run_id.into(),
-    );
+    if record.status == TaskStatus::Working {
+        drive(
+            service.clone(),
+            drivers.clone(),
+            scope.into(),
+            run_id.into(),
+            Vec::new(),
+        );
+    }
     Some(CreateTaskResult::new(record.task(run_id)))
 }
 
-/// Drives the task `run_id` of `scope` to its end in the background,
-/// unless this process drives it already.
+/// Drives the task `run_id` of `scope` to its end (or its next question)
+/// in the background, resuming it first with `answers`, unless this
+/// process drives it already.
 pub(crate) fn drive<S: CellService>(
     service: Arc<S>,
     drivers: Arc<TaskDrivers>,
     scope: String,
     run_id: String,
+    answers: Vec<crate::ApprovalAnswer>,
 ) {
     if !super::lock(&drivers.driving).insert(run_id.clone()) {
         return;
@@ -205,7 +251,7 @@ pub(crate) fn drive<S: CellService>(
     tokio::spawn(async move {
         // Forgotten however the driver ends (a panic too).
         let _driving = Driving(drivers, run_id.clone());
-        run_to_end(&*service, &scope, &run_id).await;
+        run_to_end(&*service, &scope, &run_id, answers).await;
     });
 }
 
@@ -249,10 +295,16 @@ async fn cancel_run<S: CellService>(service: &S, scope: &str, run_id: &str) -> b
 /// How a `wait` for a run that is not there (any more) begins.
 const RUN_GONE: &str = "code mode run is unavailable or expired";
 
-async fn run_to_end<S: CellService>(service: &S, scope: &str, run_id: &str) {
+async fn run_to_end<S: CellService>(
+    service: &S,
+    scope: &str,
+    run_id: &str,
+    mut answers: Vec<crate::ApprovalAnswer>,
+) {
     let Ok(Some(record)) = service.task_record(scope, run_id).await else {
         return;
     };
+    let answering = !answers.is_empty();
     let expires_ms = record.created_ms.saturating_add(record.ttl_ms);
     let pause = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
     let result = loop {
@@ -265,10 +317,41 @@ async fn run_to_end<S: CellService>(service: &S, scope: &str, run_id: &str) {
         }
         let control = CallControl {
             conceal_owners: true,
+            defer_approvals: record.elicits,
+            approval_answers: std::mem::take(&mut answers),
             ..CallControl::default()
         };
         let result = service.wait(scope, json!({"runId": run_id}), control).await;
         match &result {
+            // Calls wait for the client's approval: the task asks.
+            CellResult::Waiting(waiting) if waiting.reason == crate::WaitReason::Approval => {
+                let Ok(Some(mut record)) = service.task_record(scope, run_id).await else {
+                    return;
+                };
+                if record.status.is_terminal() {
+                    return;
+                }
+                record.status = TaskStatus::InputRequired;
+                record.input_requests = Some(super::approvals::input_requests(
+                    &waiting.pending_tool_calls,
+                ));
+                record.updated_ms = now_ms();
+                if let Err(e) = service.set_task_record(scope, run_id, Some(&record)).await {
+                    tracing::warn!(run_id, error = %e, "cannot record a task's question");
+                }
+                return;
+            }
+            // Another `tasks/update` answered these calls first: its
+            // driver goes on.
+            CellResult::Failed(failed)
+                if answering
+                    && failed.code == crate::ErrorCode::InvalidInput
+                    && failed
+                        .error
+                        .contains("waits for an approval (answered already") =>
+            {
+                return;
+            }
             CellResult::Waiting(waiting) if waiting.reason == crate::WaitReason::Yield => {
                 pause(YIELD_RESUME_PAUSE_MS).await;
             }
@@ -355,6 +438,44 @@ pub(crate) async fn live_record<S: CellService>(
         return Err(unknown_task(task_id));
     }
     Ok(record)
+}
+
+/// `tasks/update`: answers the approvals an `input_required` task asks
+/// about and resumes its run; anything else is acknowledged and ignored.
+pub(crate) async fn update<S: CellService>(
+    service: &Arc<S>,
+    drivers: &Arc<TaskDrivers>,
+    scope: &str,
+    task_id: &str,
+    responses: &InputResponses,
+) -> Result<(), ErrorData> {
+    let mut record = live_record(&**service, scope, task_id).await?;
+    let Some(asked) = record
+        .input_requests
+        .as_ref()
+        .filter(|_| record.status == TaskStatus::InputRequired)
+    else {
+        return Ok(());
+    };
+    let answers = super::approvals::answers(asked.keys().map(String::as_str), responses);
+    if answers.is_empty() {
+        return Ok(());
+    }
+    record.status = TaskStatus::Working;
+    record.input_requests = None;
+    record.updated_ms = now_ms();
+    service
+        .set_task_record(scope, task_id, Some(&record))
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("cannot record the answer: {e}"), None))?;
+    drive(
+        service.clone(),
+        drivers.clone(),
+        scope.to_string(),
+        task_id.to_string(),
+        answers,
+    );
+    Ok(())
 }
 
 /// `tasks/cancel`: cancels a working task's run and marks it cancelled.
