@@ -320,6 +320,217 @@ fn serve_asks_the_mcp_client_with_elicitation() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Deferred approvals (the library's side of MCP's `input_required`): a
+/// call that needs an approval parks the cell with reason `approval`,
+/// listed in `pendingToolCalls`; the runtime's approver is not asked. A
+/// `wait` with no answer parks it again as it was; an answer to a call that
+/// is not waiting fails with `invalid_input` and changes nothing; answers
+/// start approved calls and reject declined ones; a replayed answer is
+/// refused. At most `MAX_PENDING_APPROVALS` calls of a cell wait so
+/// (obeyed and violated).
+#[tokio::test]
+async fn deferred_approvals_park_the_cell_until_the_caller_answers() {
+    use quickcell::{ApprovalAnswer, ErrorCode, WaitInput, WaitReason, MAX_PENDING_APPROVALS};
+    let dir = scratch();
+    let approver = Scripted::new(Some(Approval::Approve), Duration::ZERO);
+    let rt = guarded(
+        &dir,
+        Limits::default(),
+        HostLimits::default(),
+        approver.clone(),
+    )
+    .await;
+    let two = "return await Promise.allSettled([nap({x: 1}), nap({x: 2})]).then((r) => r.map((s) => s.value ?? s.reason.message));";
+    let parked = rt
+        .exec(ExecInput::new("two naps", two).with_deferred_approvals())
+        .await;
+    let CellResult::Waiting(waiting) = parked else {
+        panic!("{parked:?}")
+    };
+    assert_eq!(waiting.reason, WaitReason::Approval);
+    let pending = serde_json::to_value(&waiting.pending_tool_calls).unwrap();
+    assert_eq!(
+        pending,
+        json!([
+            {"id": "bridge:approval:1", "method": "approval", "tool": "nap", "input": {"pattern": "na*", "arguments": "{\"x\":1}"}},
+            {"id": "bridge:approval:2", "method": "approval", "tool": "nap", "input": {"pattern": "na*", "arguments": "{\"x\":2}"}}
+        ])
+    );
+    assert_eq!(runs(&dir), 0);
+    let run = waiting.run_id.clone();
+    let wait = |answers: Vec<ApprovalAnswer>| {
+        WaitInput::new(run.clone())
+            .with_deferred_approvals()
+            .with_approval_answers(answers)
+    };
+    // No answer: parked again, as it was.
+    let again = rt.wait(wait(Vec::new())).await;
+    assert!(
+        matches!(&again, CellResult::Waiting(w) if w.reason == WaitReason::Approval && w.pending_tool_calls.len() == 2),
+        "{again:?}"
+    );
+    // An answer to a call that does not wait: refused, nothing changes.
+    let wrong = rt
+        .wait(wait(vec![ApprovalAnswer::approve("bridge:approval:9")]))
+        .await;
+    let CellResult::Failed(failed) = &wrong else {
+        panic!("{wrong:?}")
+    };
+    assert_eq!(failed.code, ErrorCode::InvalidInput);
+    assert!(
+        failed
+            .error
+            .contains("`bridge:approval:9` is not a call of this run that waits for an approval"),
+        "{}",
+        failed.error
+    );
+    // One approved: it starts; the other still waits (the cell parks for
+    // it at once, the approved call running meanwhile).
+    let one = rt
+        .wait(wait(vec![ApprovalAnswer::approve("bridge:approval:1")]))
+        .await;
+    let CellResult::Waiting(one) = &one else {
+        panic!("{one:?}")
+    };
+    assert_eq!(one.reason, WaitReason::Approval);
+    let ids: Vec<&str> = one
+        .pending_tool_calls
+        .iter()
+        .map(|c| c.id.as_str())
+        .collect();
+    assert!(
+        ids == ["bridge:approval:2"] || ids == ["bridge:callValue:1", "bridge:approval:2"],
+        "{ids:?}"
+    );
+    // Replayed: refused.
+    let replayed = rt
+        .wait(wait(vec![ApprovalAnswer::approve("bridge:approval:1")]))
+        .await;
+    assert!(
+        matches!(&replayed, CellResult::Failed(f) if f.code == ErrorCode::InvalidInput),
+        "{replayed:?}"
+    );
+    // The other declined: the cell ends with both outcomes.
+    let done = rt
+        .wait(wait(vec![ApprovalAnswer::decline(
+            "bridge:approval:2",
+            Some("not now".into()),
+        )]))
+        .await;
+    assert_eq!(
+        value(&done),
+        json!([{"napped": {"x": 1}}, "Calling nap was declined by the approver (policy approve = \"na*\"): not now"])
+    );
+    assert_eq!(runs(&dir), 1);
+    assert!(approver.asked.lock().unwrap().is_empty());
+    // The cap: MAX_PENDING_APPROVALS calls wait; one more rejects at once.
+    let many = format!(
+        "const r = await Promise.allSettled(Array.from({{length: {}}}, (_, i) => nap({{i}}))); return r.filter((s) => s.status === 'rejected').map((s) => s.reason.message);",
+        MAX_PENDING_APPROVALS + 1
+    );
+    let parked = rt
+        .exec(ExecInput::new("many", many).with_deferred_approvals())
+        .await;
+    let CellResult::Waiting(waiting) = parked else {
+        panic!("{parked:?}")
+    };
+    assert_eq!(waiting.pending_tool_calls.len(), MAX_PENDING_APPROVALS);
+    let declines = waiting
+        .pending_tool_calls
+        .iter()
+        .map(|c| ApprovalAnswer::decline(c.id.clone(), None))
+        .collect();
+    let done = rt
+        .wait(
+            WaitInput::new(waiting.run_id.clone())
+                .with_deferred_approvals()
+                .with_approval_answers(declines),
+        )
+        .await;
+    let messages = value(&done);
+    let messages = messages.as_array().unwrap();
+    assert_eq!(messages.len(), MAX_PENDING_APPROVALS + 1);
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m.as_str().unwrap().contains("already wait for an approval"))
+            .count(),
+        1,
+        "{messages:?}"
+    );
+    assert_eq!(runs(&dir), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The official Python SDK speaking MCP 2026-07-28 answers an approval as
+/// a multi round-trip request: the server's `input_required` reaches its
+/// elicitation callback, and its retry resumes the cell. Accepted, the call
+/// runs once; declined, it is a `tool_error`; a client without
+/// elicitation is never asked (denied).
+#[test]
+fn the_python_sdk_answers_a_2026_07_28_approval_through_input_required() {
+    let dir = scratch();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"nap\"\ndescription = \"Naps\"\ninput_schema = {{ type = \"object\" }}\ncommand = [{:?}, {:?}, \"0\"]\n[policy]\napprove = [\"nap\"]\n",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tools/nap.sh"),
+            dir.join("runs").display().to_string()
+        ),
+    )
+    .unwrap();
+    let serve = |answer: Option<&str>| {
+        let mut args: Vec<String> = vec!["--era".into(), "modern".into()];
+        if let Some(answer) = answer {
+            args.extend(["--elicit".into(), answer.into()]);
+        }
+        args.extend([
+            "--stdio".into(),
+            env!("CARGO_BIN_EXE_quickcell").into(),
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--state-dir".into(),
+            dir.join("state").display().to_string(),
+        ]);
+        let steps = json!([
+            {"op": "info"},
+            {"op": "call_tool", "name": "exec", "args": {"title": "nap", "code": CALL}}
+        ]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::mcp::run(steps, &refs)
+    };
+    let out = serve(Some("accept"));
+    assert_eq!(out[0]["protocolVersion"], "2026-07-28", "{out:?}");
+    assert_eq!(out[1]["op"], "elicitation", "{out:?}");
+    let message = out[1]["message"].as_str().unwrap();
+    assert!(
+        message.contains("call nap (policy approve = \"nap\") with these arguments: {\"x\":1}"),
+        "{message}"
+    );
+    assert_eq!(
+        crate::mcp::result(&out[2])["value"],
+        json!({"napped": {"x": 1}}),
+        "{out:?}"
+    );
+    assert_eq!(runs(&dir), 1);
+    let out = serve(Some("decline"));
+    assert_eq!(out[1]["op"], "elicitation", "{out:?}");
+    assert_eq!(
+        crate::mcp::result(&out[2])["value"]["message"],
+        "Calling nap was declined by the approver (policy approve = \"nap\"): the user declined it"
+    );
+    let out = serve(None);
+    let message = crate::mcp::result(&out[1])["value"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("has no way to ask for one"), "{message}");
+    assert_eq!(runs(&dir), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A cell cancelled while its call waits for a decision withdraws it: a
 /// late approval never runs the tool.
 #[tokio::test]
