@@ -1030,43 +1030,49 @@ fn a_task_asks_for_its_approval_and_tasks_update_answers_it() {
         2,
         Some(APPROVED_NAP),
     );
-    let (a, b) = (hosts[0].1, hosts[1].1);
-    let created = modern_request(
-        a,
-        "token-a",
-        "tools/call",
-        serde_json::json!({"name": "exec", "arguments": {"title": "nap", "code": NAP_CALL}}),
-        elicits(true),
-    );
-    assert_eq!(created["result"]["resultType"], "task", "{created}");
-    assert_eq!(created["result"]["status"], "input_required", "{created}");
-    let task = created["result"]["taskId"].as_str().unwrap().to_string();
-    let got = modern_request(
-        b,
-        "token-a",
-        "tasks/get",
-        serde_json::json!({"taskId": task}),
-        elicits(true),
-    );
-    assert_eq!(got["result"]["status"], "input_required", "{got}");
-    let requests = got["result"]["inputRequests"].as_object().unwrap();
-    let (key, request) = requests.iter().next().unwrap();
-    assert_eq!(request["method"], "elicitation/create", "{got}");
-    assert_eq!(nap_runs(&dir), 0);
-    let update = serde_json::json!({"taskId": task, "inputResponses": {
-        key: {"action": "accept", "content": {"approve": true}}, "unknown": {}}});
-    let ack = modern_request(b, "token-a", "tasks/update", update.clone(), elicits(true));
-    assert!(ack["result"].is_object(), "{ack}");
-    let ended = task_end(a, "token-a", &task);
-    assert_eq!(ended["result"]["status"], "completed", "{ended}");
-    assert_eq!(
-        ended["result"]["result"]["structuredContent"]["value"],
-        serde_json::json!({"napped": {"x": 1}}),
-        "{ended}"
-    );
-    // Answered already: acknowledged, nothing runs again.
-    let again = modern_request(a, "token-a", "tasks/update", update, elicits(true));
-    assert!(again["result"].is_object(), "{again}");
-    assert_eq!(nap_runs(&dir), 1);
+    let ports = [hosts[0].1, hosts[1].1];
+    // Several rounds, the hosts swapping roles: the host that created the
+    // task polls it right after the other one answered, taking the run
+    // over as the answer is applied; the answer is applied once.
+    for round in 0..4 {
+        let (a, b) = (ports[round % 2], ports[(round + 1) % 2]);
+        let created = modern_request(
+            a,
+            "token-a",
+            "tools/call",
+            serde_json::json!({"name": "exec", "arguments": {"title": "nap", "code": NAP_CALL}}),
+            elicits(true),
+        );
+        assert_eq!(created["result"]["resultType"], "task", "{created}");
+        assert_eq!(created["result"]["status"], "input_required", "{created}");
+        let task = created["result"]["taskId"].as_str().unwrap().to_string();
+        let got = modern_request(
+            b,
+            "token-a",
+            "tasks/get",
+            serde_json::json!({"taskId": task}),
+            elicits(true),
+        );
+        assert_eq!(got["result"]["status"], "input_required", "{got}");
+        let requests = got["result"]["inputRequests"].as_object().unwrap();
+        let (key, request) = requests.iter().next().unwrap();
+        assert_eq!(request["method"], "elicitation/create", "{got}");
+        assert_eq!(nap_runs(&dir), round);
+        let update = serde_json::json!({"taskId": task, "inputResponses": {
+            key: {"action": "accept", "content": {"approve": true}}, "unknown": {}}});
+        let ack = modern_request(b, "token-a", "tasks/update", update.clone(), elicits(true));
+        assert!(ack["result"].is_object(), "{ack}");
+        let ended = task_end(a, "token-a", &task);
+        assert_eq!(ended["result"]["status"], "completed", "{ended}");
+        assert_eq!(
+            ended["result"]["result"]["structuredContent"]["value"],
+            serde_json::json!({"napped": {"x": 1}}),
+            "{ended}"
+        );
+        // Answered already: acknowledged, nothing runs again.
+        let again = modern_request(a, "token-a", "tasks/update", update, elicits(true));
+        assert!(again["result"].is_object(), "{again}");
+        assert_eq!(nap_runs(&dir), round + 1);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -714,7 +714,6 @@ impl<S: CellService> ServerHandler for McpServer<S> {
                 self.drivers.clone(),
                 scope.to_string(),
                 request.task_id.clone(),
-                Vec::new(),
             );
         }
         Ok(rmcp::model::GetTaskResult::new(

@@ -24,7 +24,9 @@
 //!   a call that needs one parks the cell and the task goes
 //!   `input_required`, its `inputRequests` in the record, and nothing
 //!   drives it. `tasks/update` with `inputResponses` (on any host) sets it
-//!   `working` again and resumes the run with the answers; responses to
+//!   `working` again, records the answers beside it and resumes the run
+//!   with them (a host whose `tasks/get` takes the run over meanwhile
+//!   resumes it with the same answers; the run applies them once); responses to
 //!   keys the task does not ask about are ignored, and a task that asks
 //!   nothing acknowledges and stays as it is.
 //! - **Cancel.** `tasks/cancel` cancels the run (`aborted`) on whichever
@@ -74,6 +76,41 @@ pub(crate) struct TaskRecord {
     /// The client answers approvals (it declared form elicitation).
     #[serde(default)]
     pub(crate) elicits: bool,
+    /// Answers `tasks/update` recorded, for whichever driver resumes the
+    /// run next (one that finds them applied already drops them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) answers: Vec<StoredAnswer>,
+}
+
+/// An approval answer as a task record keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct StoredAnswer {
+    id: String,
+    approve: bool,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl StoredAnswer {
+    fn of(answer: &crate::ApprovalAnswer) -> Self {
+        let (approve, reason) = match &answer.decision {
+            crate::Approval::Approve => (true, None),
+            crate::Approval::Decline { reason } => (false, reason.clone()),
+        };
+        Self {
+            id: answer.id.clone(),
+            approve,
+            reason,
+        }
+    }
+
+    fn answer(&self) -> crate::ApprovalAnswer {
+        if self.approve {
+            crate::ApprovalAnswer::approve(self.id.clone())
+        } else {
+            crate::ApprovalAnswer::decline(self.id.clone(), self.reason.clone())
+        }
+    }
 }
 
 impl TaskRecord {
@@ -218,6 +255,7 @@ pub(crate) async fn create<S: CellService>(
         error: None,
         input_requests: asking,
         elicits,
+        answers: Vec::new(),
     };
     service
         .set_task_record(scope, run_id, Some(&record))
@@ -229,21 +267,19 @@ pub(crate) async fn create<S: CellService>(
             drivers.clone(),
             scope.into(),
             run_id.into(),
-            Vec::new(),
         );
     }
     Some(CreateTaskResult::new(record.task(run_id)))
 }
 
 /// Drives the task `run_id` of `scope` to its end (or its next question)
-/// in the background, resuming it first with `answers`, unless this
-/// process drives it already.
+/// in the background, resuming it first with the answers its record holds,
+/// unless this process drives it already.
 pub(crate) fn drive<S: CellService>(
     service: Arc<S>,
     drivers: Arc<TaskDrivers>,
     scope: String,
     run_id: String,
-    answers: Vec<crate::ApprovalAnswer>,
 ) {
     if !super::lock(&drivers.driving).insert(run_id.clone()) {
         return;
@@ -251,7 +287,7 @@ pub(crate) fn drive<S: CellService>(
     tokio::spawn(async move {
         // Forgotten however the driver ends (a panic too).
         let _driving = Driving(drivers, run_id.clone());
-        run_to_end(&*service, &scope, &run_id, answers).await;
+        run_to_end(&*service, &scope, &run_id).await;
     });
 }
 
@@ -295,16 +331,12 @@ async fn cancel_run<S: CellService>(service: &S, scope: &str, run_id: &str) -> b
 /// How a `wait` for a run that is not there (any more) begins.
 const RUN_GONE: &str = "code mode run is unavailable or expired";
 
-async fn run_to_end<S: CellService>(
-    service: &S,
-    scope: &str,
-    run_id: &str,
-    mut answers: Vec<crate::ApprovalAnswer>,
-) {
+async fn run_to_end<S: CellService>(service: &S, scope: &str, run_id: &str) {
     let Ok(Some(record)) = service.task_record(scope, run_id).await else {
         return;
     };
-    let answering = !answers.is_empty();
+    let mut answers: Vec<crate::ApprovalAnswer> =
+        record.answers.iter().map(StoredAnswer::answer).collect();
     let expires_ms = record.created_ms.saturating_add(record.ttl_ms);
     let pause = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
     let result = loop {
@@ -315,6 +347,7 @@ async fn run_to_end<S: CellService>(
             let _ = service.set_task_record(scope, run_id, None).await;
             return;
         }
+        let answering = !answers.is_empty();
         let control = CallControl {
             conceal_owners: true,
             defer_approvals: record.elicits,
@@ -335,14 +368,15 @@ async fn run_to_end<S: CellService>(
                 record.input_requests = Some(super::approvals::input_requests(
                     &waiting.pending_tool_calls,
                 ));
+                record.answers.clear();
                 record.updated_ms = now_ms();
                 if let Err(e) = service.set_task_record(scope, run_id, Some(&record)).await {
                     tracing::warn!(run_id, error = %e, "cannot record a task's question");
                 }
                 return;
             }
-            // Another `tasks/update` answered these calls first: its
-            // driver goes on.
+            // Answers an earlier resume applied already (the run stays as
+            // it was): dropped, and the run resumed without them.
             CellResult::Failed(failed)
                 if answering
                     && failed.code == crate::ErrorCode::InvalidInput
@@ -350,7 +384,12 @@ async fn run_to_end<S: CellService>(
                         .error
                         .contains("waits for an approval (answered already") =>
             {
-                return;
+                if let Ok(Some(mut record)) = service.task_record(scope, run_id).await {
+                    if !record.answers.is_empty() {
+                        record.answers.clear();
+                        let _ = service.set_task_record(scope, run_id, Some(&record)).await;
+                    }
+                }
             }
             CellResult::Waiting(waiting) if waiting.reason == crate::WaitReason::Yield => {
                 pause(YIELD_RESUME_PAUSE_MS).await;
@@ -463,6 +502,7 @@ pub(crate) async fn update<S: CellService>(
     }
     record.status = TaskStatus::Working;
     record.input_requests = None;
+    record.answers = answers.iter().map(StoredAnswer::of).collect();
     record.updated_ms = now_ms();
     service
         .set_task_record(scope, task_id, Some(&record))
@@ -473,7 +513,6 @@ pub(crate) async fn update<S: CellService>(
         drivers.clone(),
         scope.to_string(),
         task_id.to_string(),
-        answers,
     );
     Ok(())
 }
