@@ -112,7 +112,8 @@ pub use frontends::codex::{
 };
 #[cfg(feature = "mcp-server")]
 pub use frontends::mcp::{
-    HttpOptions, ServeMode, DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, MAX_PRINCIPALS, MAX_TASKS_PER_SCOPE,
+    HttpOptions, ServeMode, DEFAULT_PRINCIPAL, LOCAL_PRINCIPAL, MAX_PRINCIPALS,
+    MAX_REQUEST_STATE_BYTES, MAX_TASKS_PER_SCOPE,
 };
 pub use input::{
     title_from_source, ExecInput, WaitInput, MAX_TITLE_CHARS, MIN_CELL_MEMORY_LIMIT_BYTES,

@@ -947,7 +947,7 @@ In the index, `-> ?` means the output shape is unknown: return it raw (or await 
         key.derive(purpose)
     }
 
-    /// The approval timeout (`[limits] approval_timeout_ms`), in milliseconds.
+    /// The approval timeout (`[host] approval_timeout_ms`), in milliseconds.
     #[cfg(feature = "mcp-server")]
     pub(crate) fn approval_timeout_ms(&self) -> u64 {
         self.runs.limits.approval_timeout_ms()

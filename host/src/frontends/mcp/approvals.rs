@@ -24,7 +24,7 @@
 //!   verification, another principal's, or one presented with other
 //!   arguments. Calls the responses leave unanswered are asked again in a
 //!   new `input_required`. A `requestState` older than the approval timeout
-//!   (`[limits] approval_timeout_ms`) declines its calls, as the timeout
+//!   (`[host] approval_timeout_ms`) declines its calls, as the timeout
 //!   does with an approver: the run resumes with them rejected.
 //! - Under the Tasks extension the task goes `input_required`; `tasks/get`
 //!   carries the same `inputRequests` and `tasks/update` answers them

@@ -42,12 +42,14 @@
 //!   session (created by `initialize`, named by the `Mcp-Session-Id` header),
 //!   and each handler draws its own id when it is created.
 //!
-//! Protocol revision 2026-07-28 has no sessions. Over HTTP the server
-//! therefore offers only revisions up to 2025-11-25, so every HTTP client
-//! goes through `initialize` and is its own scope: parked runs and session
-//! values are never shared between clients. (Should a sessionless request
-//! reach a handler anyway, it uses one id drawn per [`transport::serve_http`] call.)
-//! Over stdio the connection is the scope whatever the revision.
+//! Protocol revision 2026-07-28 has no sessions: its requests are scoped by
+//! their principal (`principal:<name>`: the bearer token's over HTTP, `[mcp]
+//! principal` over stdio, else the stdio connection), so a run parked
+//! through one host resumes through any host sharing the store, for that
+//! principal only (docs/mcp.md). Its cells that park may become tasks
+//! ([`tasks`]); its approvals are `input_required` results ([`approvals`]).
+//! A client that `initialize`s gets a 2025-11-25 (or older) session, its
+//! own scope, as before.
 //!
 //! # Transports and robustness
 //!
@@ -104,6 +106,7 @@ mod tasks;
 mod tool_search;
 mod transport;
 
+pub use approvals::MAX_REQUEST_STATE_BYTES;
 pub use tasks::MAX_TASKS_PER_SCOPE;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
