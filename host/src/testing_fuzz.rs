@@ -156,6 +156,14 @@ pub fn mcp_request_body(body: &[u8]) {
     };
     match request.request {
         ClientRequest::CallToolRequest(call) => {
+            if let Some(state) = &call.params.request_state {
+                let args = Value::Object(call.params.arguments.clone().unwrap_or_default());
+                crate::frontends::mcp::fuzz_request_state(
+                    state,
+                    call.params.input_responses.as_ref(),
+                    &args,
+                );
+            }
             let args = Value::Object(call.params.arguments.unwrap_or_default());
             match &*call.params.name {
                 "exec" => match crate::ExecInput::from_json(&args) {
@@ -168,6 +176,9 @@ pub fn mcp_request_body(body: &[u8]) {
                 },
                 _ => exec_wait_args(&args),
             }
+        }
+        ClientRequest::UpdateTaskRequest(update) => {
+            crate::frontends::mcp::fuzz_request_state("", Some(&update.params.input_responses), &Value::Null);
         }
         ClientRequest::CustomRequest(custom) if custom.method == "tools/call" => {
             let params = custom.params.unwrap_or(Value::Null);
@@ -204,6 +215,11 @@ pub fn store_records(bytes: &[u8]) {
             crate::ClientToolResult::error("bridge:clientTool:2", "no"),
         ];
         let answered = crate::bridge::check_answers(&host.bridge, &answers).is_ok();
+        let approvals = [
+            crate::ApprovalAnswer::approve("bridge:approval:1"),
+            crate::ApprovalAnswer::decline("bridge:approval:2", Some("no".into())),
+        ];
+        let approved = crate::bridge::check_approval_answers(&host.bridge, &approvals).is_ok();
         let outstanding = host.bridge.outstanding.len();
         fuzz_runtime(|rt| {
             let _enter = rt.enter();
@@ -230,6 +246,9 @@ pub fn store_records(bytes: &[u8]) {
             if answered {
                 bridge.answer_client_calls(&answers);
             }
+            if approved {
+                bridge.answer_approvals(&approvals);
+            }
             bridge.release_yields();
             bridge.collect_finished();
             let mut taken = 0usize;
@@ -237,7 +256,7 @@ pub fn store_records(bytes: &[u8]) {
                 let delivery = settlement.delivery_json();
                 assert!(is_json(&delivery), "a delivery that is not JSON");
                 taken += 1;
-                assert!(taken <= outstanding + answers.len() + bytes.len());
+                assert!(taken <= outstanding + answers.len() + approvals.len() + bytes.len());
             }
         });
     }

@@ -252,6 +252,15 @@ fn mcp_request_body_bytes() {
                 r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}","arguments":{{"title":{args:?},"code":{args:?},"runId":{args:?},"cancel":{args:?},"clientTools":[{{"name":{args:?}}}],"toolResults":[{{"id":{args:?},"value":1}}]}}}}}}"#
             );
             fuzz::mcp_request_body(body.as_bytes());
+            // The retry of an `input_required`, and a `tasks/update`.
+            let retry = format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{name}","arguments":{{}},"requestState":{args:?},"inputResponses":{{"approve-1":{{"action":{args:?},"content":{{"approve":{args:?}}}}},{args:?}:{{}}}}}}}}"#
+            );
+            fuzz::mcp_request_body(retry.as_bytes());
+            let update = format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tasks/update","params":{{"taskId":{args:?},"inputResponses":{{"approve-{tool}":{{"action":"accept","content":{{"approve":true}}}},{args:?}:{{"action":{args:?}}}}}}}}}"#
+            );
+            fuzz::mcp_request_body(update.as_bytes());
         });
 }
 
@@ -261,6 +270,8 @@ const RECORD_PIECES: &[&str] = &[
     r#""1":{"method":"sleep","args_json":"{\"ms\":5}","started":true,"replay_safe":false,"due_unix_ms":18446744073709551615}"#,
     r#""2":{"method":"clientTool","args_json":"{\"tool\":\"t\",\"input\":{}}","started":false,"replay_safe":true}"#,
     r#""3":{"method":"callValue","args_json":"{","started":false,"replay_safe":true,"drained_by":"h"}"#,
+    r#""1":{"method":"approval","args_json":"{\"tool\":\"t\",\"pattern\":\"t\",\"arguments\":\"{}\",\"call\":{\"callable\":\"t\"}}","started":true,"replay_safe":false}"#,
+    r#""2":{"method":"approval","args_json":"{\"tool\":1}","started":false,"replay_safe":false}"#,
     r#"},"ready":[{"id":1,"ok":true,"value":1}],"yields":[1,2],"dispatch_started":true,"store_writes":{"k":"1"}}}"#,
     r#"{"id":7,"ok":false,"error":{"message":"m","code":"c"}}"#,
     r#"{"atMs":1,"agentRun":"a","session":"s","runId":null,"kind":"exec","fuel":1,"wallMs":1,"guestUs":1,"toolCalls":0,"outputBytes":2,"snapshotBytes":0,"outcome":"completed"}"#,

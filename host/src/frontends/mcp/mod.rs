@@ -107,6 +107,26 @@ mod tool_search;
 mod transport;
 
 pub use approvals::MAX_REQUEST_STATE_BYTES;
+
+/// A `requestState` and `inputResponses` from a client, opened as a retry
+/// of `tools/call` opens them (`testing::fuzz`): a verdict, never a panic.
+#[doc(hidden)]
+pub(crate) fn fuzz_request_state(
+    state: &str,
+    responses: Option<&rmcp::model::InputResponses>,
+    arguments: &Value,
+) {
+    let Ok(states) = approvals::RequestStates::new([7; 32], 1_000) else {
+        return;
+    };
+    if let Ok(retry) = states.open("principal:fuzz", "exec", arguments, state, responses) {
+        assert!(retry.answers.len() <= crate::MAX_PENDING_APPROVALS * 4);
+    }
+    if let Some(responses) = responses {
+        let answers = approvals::answers(responses.keys().map(String::as_str), responses);
+        assert!(answers.len() <= responses.len());
+    }
+}
 pub use tasks::MAX_TASKS_PER_SCOPE;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
