@@ -267,6 +267,34 @@ fn a_long_exec_reports_progress() {
     assert_eq!(out[1]["progress"], json!([]));
 }
 
+/// Under MCP 2026-07-28 over HTTP (no session) a long `exec` with a
+/// progress token reports progress in its own response stream, as the
+/// official Python SDK receives it.
+#[test]
+fn a_long_2026_07_28_exec_reports_progress_over_http() {
+    let scratch = Scratch::new("[limits]\ntimeout_ms = 60000\n");
+    let server = scratch.http();
+    let out = run(
+        json!([
+            {"op": "info"},
+            {"op": "call_tool", "name": "exec", "args": exec("for (let i = 0; i < 6; i++) await nap({}); return 'done'"), "progress": true},
+        ]),
+        &["--era", "modern", "--http", &server.url],
+    );
+    assert_eq!(out[0]["protocolVersion"], "2026-07-28", "{}", out[0]);
+    assert_eq!(result(&out[1])["value"], "done", "{}", out[1]);
+    let progress = out[1]["progress"].as_array().unwrap();
+    assert!(!progress.is_empty(), "{}", out[1]);
+    let values: Vec<f64> = progress
+        .iter()
+        .map(|note| note["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]) && values.iter().all(|v| *v <= 6.0),
+        "{values:?}"
+    );
+}
+
 /// `[mcp.servers.everything]`: the reference MCP server from npm
 /// (`@modelcontextprotocol/server-everything`, run by Node 22 from
 /// `.npm-mcp`, which `scripts/setup-tests` installs).
