@@ -314,7 +314,7 @@ macro_rules! call_controls {
             }
 
             /// Defers the approvals of this call's tool calls to its caller
-            /// (operations.md §3.4, [`crate::approval`]): instead of asking an
+            /// (operations.md §3.4, [`crate::ApprovalAnswer`]): instead of asking an
             /// approver while the cell waits, a call that needs an approval
             /// parks the cell with [`crate::WaitReason::Approval`], listed in
             /// `pendingToolCalls` (method `approval`, `tool`, `input: {pattern,
