@@ -359,6 +359,23 @@ pub mod testing {
                 Arc::new(crate::store::MemoryStateStore::default());
             RUNTIME.with(|rt| {
                 rt.block_on(async {
+                    // A parked bridge only queues what it accepts: even
+                    // then no guest request stands as an approval record
+                    // (whose answer would start a call unasked).
+                    let mut parked = Bridge::new(tools.clone(), 4, false);
+                    parked.set_parked(true);
+                    let queued = crate::guest_abi::BridgeRequest {
+                        id: 1,
+                        method: method.to_string(),
+                        args_json: Arc::from(args_json),
+                        oversized_args: None,
+                        over_outstanding_cap: false,
+                    };
+                    let _ = parked.accept(vec![queued], 0);
+                    assert!(
+                        !parked.has_deferred_approvals(),
+                        "a guest request stands as an approval record"
+                    );
                     let mut bridge = Bridge::new(tools, 4, false)
                         .with_reply_inbox(1 << 20)
                         .with_session(SessionAccess {

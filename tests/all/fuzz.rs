@@ -157,6 +157,8 @@ const METHODS: &[&str] = &[
     "resultSave",
     "resultLoad",
     "resultDelete",
+    "approval",
+    "clientTool",
     "",
     "nope",
 ];

@@ -651,6 +651,18 @@ impl Bridge {
         self.dispatch_started = true;
         let mut held: usize = self.outstanding.values().map(|o| o.args_json.len()).sum();
         for mut request in batch {
+            if request.method == APPROVAL_METHOD {
+                // Only the bridge makes approval records, from a call that
+                // needs one: a guest request naming the method settles as
+                // unknown, so no guest can forge an approval question (nor
+                // the call an answer would start).
+                self.ready.push_back(err(
+                    request.id,
+                    format!("unknown bridge method `{APPROVAL_METHOD}`"),
+                    "invalid_input",
+                ));
+                continue;
+            }
             let len = request.args_json.len();
             if request.oversized_args.is_none()
                 && held.saturating_add(len) > crate::guest_abi::MAX_OUTSTANDING_ARGS_BYTES
