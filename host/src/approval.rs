@@ -137,6 +137,14 @@ pub(crate) fn check_answers(answers: &[ApprovalAnswer]) -> Result<(), String> {
     Ok(())
 }
 
+/// The error of a call that needs an approval, on a host with no way to
+/// ask for one: it fails closed (operations.md §3.4).
+pub(crate) fn approval_denied(tool: &str, pattern: &str) -> String {
+    format!(
+        "Calling {tool} needs an approval (policy approve = \"{pattern}\"), and this host has no way to ask for one: the call was denied."
+    )
+}
+
 /// The `tool_error` message of a declined call.
 pub(crate) fn declined(tool: &str, pattern: &str, reason: Option<&str>) -> String {
     match reason {
@@ -235,7 +243,7 @@ impl Approvals {
         let tool = &request.tool;
         let pattern = &request.pattern;
         let Decider::Ask(approver) = &self.decider else {
-            return Err(crate::bridge::approval_denied(tool, pattern));
+            return Err(approval_denied(tool, pattern));
         };
         let _waiting = self.clock.waiting();
         let decided = tokio::time::timeout(self.timeout, approver.decide(&request)).await;

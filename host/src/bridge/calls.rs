@@ -5,7 +5,7 @@
 use super::catalog::CellTools;
 use super::settlement::{catalog_err, err, malformed, ok};
 use super::{Start, Work};
-use crate::approval::{ApprovalRequest, Approvals};
+use crate::approval::{approval_denied, ApprovalRequest, Approvals};
 use crate::tools::ToolErrorCode;
 use quickcell_catalog::SourceKind;
 use serde_json::Value;
@@ -18,14 +18,6 @@ pub(crate) const RESTART_SAFE_UNSAFE_TOOL: &str = "restart-safe code mode cannot
 /// Message of a restart-safe cell calling an MCP (namespace) tool.
 pub(crate) const RESTART_SAFE_NAMESPACE_CALL: &str =
     "restart-safe code mode cannot call namespace tools.";
-
-/// The error of a call that needs an approval, on a host with no way to
-/// ask for one: it fails closed (operations.md §3.4).
-pub(crate) fn approval_denied(tool: &str, pattern: &str) -> String {
-    format!(
-        "Calling {tool} needs an approval (policy approve = \"{pattern}\"), and this host has no way to ask for one: the call was denied."
-    )
-}
 
 /// The error of a call, in a cell resumed under another policy, to a tool
 /// that policy no longer lets it see (operations.md §3.3). Uncaught, it

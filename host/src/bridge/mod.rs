@@ -58,8 +58,6 @@ mod settlement;
 mod suspend;
 mod timers;
 
-#[cfg(feature = "mcp-server")]
-pub(crate) use calls::approval_denied;
 pub(crate) use calls::PERMISSION_CHANGED;
 pub(crate) use catalog::{CellTools, ToolsForCells};
 use remote::Landed;

@@ -105,7 +105,7 @@ impl Runtime {
         };
         if let Some(pattern) = tools.approval_pattern(&prepared.id) {
             let Some(approvals) = self.approvals_for(control.approver.clone(), session) else {
-                return CatalogReply::error(crate::bridge::approval_denied(
+                return CatalogReply::error(crate::approval::approval_denied(
                     &prepared.display_name,
                     pattern,
                 ));
