@@ -107,10 +107,10 @@ mod tool_search;
 mod transport;
 
 pub use approvals::MAX_REQUEST_STATE_BYTES;
+pub use tasks::MAX_TASKS_PER_SCOPE;
 
 /// A `requestState` and `inputResponses` from a client, opened as a retry
 /// of `tools/call` opens them (`testing::fuzz`): a verdict, never a panic.
-#[doc(hidden)]
 pub(crate) fn fuzz_request_state(
     state: &str,
     responses: Option<&rmcp::model::InputResponses>,
@@ -127,7 +127,6 @@ pub(crate) fn fuzz_request_state(
         assert!(answers.len() <= responses.len());
     }
 }
-pub use tasks::MAX_TASKS_PER_SCOPE;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
