@@ -24,16 +24,24 @@ use quickcell_snapshot::{
 
 const MAGIC: &[u8; 8] = b"QCELLSNP";
 const GUEST: [u8; 32] = [3; 32];
+/// The guest build the snapshots here name.
+const BUILD: [u8; 32] = [5; 32];
+/// Bytes of the header: magic, version, key, guest build, checksum.
+const HEADER_BYTES: usize = 8 + 4 + 32 + 32 + 4;
 /// The memory ceiling the decoder is given.
 const MAX_MEMORY_BYTES: usize = 4 << 20;
 
 /// `payload` behind a valid header for [`GUEST`].
 fn seal(payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(48 + payload.len());
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&GUEST);
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(&BUILD);
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&BUILD);
+    crc.update(payload);
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
@@ -94,6 +102,7 @@ fn round_trip(data: &[u8]) {
         stack_pointer: 4096,
         host_state,
         guest_hash: GUEST,
+        guest_build: BUILD,
         max_payload_bytes: 1 << 20,
         memory_maps_image: false,
         block_units: units,
@@ -107,7 +116,7 @@ fn round_trip(data: &[u8]) {
     let restored = decode_and_apply(&encoded).expect("a snapshot restores");
     assert!(restored == memory, "the restore differs from the memory");
     if let Some((at, byte)) = flip {
-        let mut changed = encoded[48..].to_vec();
+        let mut changed = encoded[HEADER_BYTES..].to_vec();
         if changed.is_empty() {
             return;
         }

@@ -3,8 +3,9 @@
 //! page deltas stay compressed until [`Snapshot::apply`].
 
 use crate::format::{
-    corrupt, SnapshotError, FORMAT_VERSION, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES,
-    MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+    corrupt, SnapshotError, FORMAT_VERSION, GUEST_BUILD_AT, HEADER_BYTES, HEAD_BYTES_PER_PAGE,
+    HEAD_FIXED_BYTES, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES,
+    WASM_PAGE_BYTES,
 };
 use crate::frames::{decompress_frame, next_frame, with_dctx};
 
@@ -17,6 +18,10 @@ pub struct Snapshot<'a> {
     pub stack_pointer: u32,
     /// The host's per-cell state.
     pub host_state: Vec<u8>,
+    /// The guest build named in the header ([`Checkpoint::guest_build`]).
+    ///
+    /// [`Checkpoint::guest_build`]: crate::Checkpoint::guest_build
+    pub guest_build: [u8; 32],
     /// Indexes of the stored pages, strictly increasing.
     pub(crate) page_indexes: Vec<u32>,
     /// Each stored page's block stride ([`Checkpoint::block_units`]).
@@ -69,6 +74,32 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The guest build a snapshot names in its header
+/// ([`Checkpoint::guest_build`]), read without decoding the rest: which
+/// build to resume it on when [`decode`] refuses it as
+/// [`SnapshotError::ForeignGuest`]. Checks the length, the magic and the
+/// version only, so the build named is as trustworthy as the bytes given
+/// (quickcell reads it from a sealed, authenticated snapshot).
+///
+/// [`Checkpoint::guest_build`]: crate::Checkpoint::guest_build
+///
+/// # Errors
+///
+/// [`SnapshotError::Truncated`], [`SnapshotError::BadMagic`] or
+/// [`SnapshotError::UnknownVersion`].
+pub fn guest_build(bytes: &[u8]) -> Result<[u8; 32], SnapshotError> {
+    let mut header = Reader { data: bytes, at: 0 };
+    if header.array::<8>()? != *MAGIC {
+        return Err(SnapshotError::BadMagic);
+    }
+    let version = header.u32()?;
+    if version != FORMAT_VERSION {
+        return Err(SnapshotError::UnknownVersion(version));
+    }
+    header.at = GUEST_BUILD_AT;
+    header.array::<32>()
+}
+
 /// Decodes and verifies a snapshot taken from the guest `guest_hash`, whose
 /// memory may be at most `max_memory_bytes`. The page deltas stay
 /// compressed until [`Snapshot::apply`].
@@ -95,9 +126,10 @@ pub fn decode(
     if header.array::<32>()? != guest_hash {
         return Err(SnapshotError::ForeignGuest);
     }
+    let guest_build = header.array::<32>()?;
     let checksum = header.u32()?;
     let compressed = &bytes[header.at..];
-    if crc32fast::hash(compressed) != checksum {
+    if crate::format::checksum(&guest_build, compressed) != checksum {
         return Err(SnapshotError::ChecksumMismatch);
     }
     let max_memory_bytes =
@@ -179,6 +211,7 @@ pub fn decode(
         memory_bytes,
         stack_pointer,
         host_state,
+        guest_build,
         page_indexes,
         page_units,
         frames,

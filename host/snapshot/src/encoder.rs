@@ -26,8 +26,20 @@ pub struct Checkpoint<'a> {
     pub stack_pointer: u32,
     /// The host's per-cell state, opaque here.
     pub host_state: &'a [u8],
-    /// SHA-256 of the guest module.
+    /// The key the memory belongs to, which [`decode`] checks: in
+    /// quickcell a hash of the guest module, its pre-initialized memory
+    /// image and its stack, since the pages are deltas against that image.
+    ///
+    /// [`decode`]: crate::decode
     pub guest_hash: [u8; 32],
+    /// The guest build: SHA-256 of the guest module. Stored to name it
+    /// ([`guest_build`], [`Snapshot::guest_build`]); [`decode`] compares
+    /// it with nothing (the key covers the build), the checksum covers it.
+    ///
+    /// [`guest_build`]: crate::guest_build
+    /// [`Snapshot::guest_build`]: crate::Snapshot::guest_build
+    /// [`decode`]: crate::decode
+    pub guest_build: [u8; 32],
     /// Largest uncompressed payload allowed.
     pub max_payload_bytes: usize,
     /// `memory` is a live linear memory that Wasmtime mapped from `image`
@@ -120,12 +132,13 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&c.guest_hash);
+    out.extend_from_slice(&c.guest_build);
     out.extend_from_slice(&[0; 4]); // the checksum, filled in below
     out.extend_from_slice(&head_frame);
     for frame in frames {
         out.extend_from_slice(&frame);
     }
-    let checksum = crc32fast::hash(&out[HEADER_BYTES..]);
+    let checksum = crate::format::checksum(&c.guest_build, &out[HEADER_BYTES..]);
     out[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
     Ok(Encoded {
         bytes: out,

@@ -3,10 +3,10 @@
 
 /// Version of the format written by [`encode`] (2: page deltas in
 /// independent frames; 3: each frame's deltas split into byte lanes; 4:
-/// block strides).
+/// block strides; 5: the header names the guest build).
 ///
 /// [`encode`]: crate::encode
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// Granularity of the memory diff, in bytes.
 pub const PAGE_BYTES: usize = 4096;
@@ -40,7 +40,19 @@ pub const PAGES_PER_FRAME: usize = 512;
 pub const BLOCK_UNIT_BYTES: usize = 16;
 
 pub(crate) const MAGIC: &[u8; 8] = b"QCELLSNP";
-pub(crate) const HEADER_BYTES: usize = 8 + 4 + 32 + 4;
+pub(crate) const HEADER_BYTES: usize = 8 + 4 + 32 + 32 + 4;
+
+/// Where the header's guest build starts (after magic, version and key).
+pub(crate) const GUEST_BUILD_AT: usize = 8 + 4 + 32;
+
+/// The header's checksum: CRC-32 of the guest build and of everything
+/// after the header.
+pub(crate) fn checksum(guest_build: &[u8], rest: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(guest_build);
+    crc.update(rest);
+    crc.finalize()
+}
 
 /// Fixed bytes of the head before the host state: memory size, stack
 /// pointer, host-state length.
@@ -72,7 +84,12 @@ pub enum SnapshotError {
     BadMagic,
     /// Written by a format this build does not read.
     UnknownVersion(u32),
-    /// Taken from a different guest module.
+    /// Taken under another key ([`Checkpoint::guest_hash`]): from a
+    /// different guest module, or the same one pre-initialized otherwise.
+    /// [`guest_build`] reads which build took it.
+    ///
+    /// [`Checkpoint::guest_hash`]: crate::Checkpoint::guest_hash
+    /// [`guest_build`]: crate::guest_build
     ForeignGuest,
     /// The payload does not match its checksum.
     ChecksumMismatch,

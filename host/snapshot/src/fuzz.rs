@@ -111,13 +111,17 @@ pub(crate) fn dctx_bytes() -> usize {
 
 pub(crate) const GUEST: [u8; 32] = [3; 32];
 
+/// The guest build the test snapshots name.
+pub(crate) const BUILD: [u8; 32] = [5; 32];
+
 /// A snapshot for [`GUEST`] with `payload` after the header, checksummed.
 pub(crate) fn seal(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&GUEST);
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out.extend_from_slice(&BUILD);
+    out.extend_from_slice(&crate::format::checksum(&BUILD, payload).to_le_bytes());
     out.extend_from_slice(payload);
     out
 }
@@ -232,6 +236,7 @@ pub(crate) fn small_snapshot() -> Vec<u8> {
         stack_pointer: 4096,
         host_state: b"{\"run\":1}",
         guest_hash: GUEST,
+        guest_build: BUILD,
         max_payload_bytes: 1 << 20,
         memory_maps_image: false,
         block_units: &[2, 2],

@@ -16,6 +16,7 @@
 //!     stack_pointer: 4096,
 //!     host_state: b"{}",
 //!     guest_hash: guest,
+//!     guest_build: [0xCD; 32],
 //!     max_payload_bytes: 1 << 20,
 //!     memory_maps_image: false,
 //!     block_units: &[],
@@ -47,8 +48,9 @@
 //! |---|---|
 //! | 8 | magic `QCELLSNP` |
 //! | 4 | format version, little endian ([`FORMAT_VERSION`]) |
-//! | 32 | SHA-256 of the guest module the memory belongs to |
-//! | 4 | CRC-32 of the rest |
+//! | 32 | the key the memory belongs to ([`Checkpoint::guest_hash`]; quickcell: a hash of the guest module, its memory image and stack), compared with the reader's |
+//! | 32 | the guest build: SHA-256 of the guest module ([`Checkpoint::guest_build`]), to name it |
+//! | 4 | CRC-32 of the guest build and the rest |
 //! | rest | zstd frames: the head, then the page deltas |
 //!
 //! The first frame is the head (little endian): memory size in bytes
@@ -90,7 +92,7 @@
 //! does not depend on how well the data compresses, and untouched pages
 //! (including untouched trailing pages of a grown memory) do not count.
 //!
-//! Reading checks, in order: length, magic, version, guest hash, checksum,
+//! Reading checks, in order: length, magic, version, key, checksum,
 //! that every frame is a standard zstd frame stating its size, the head
 //! frame's stated size against the largest head the caller's memory
 //! ceiling (at most [`MAX_MEMORY_BYTES`]) allows, and the payload's
@@ -126,7 +128,7 @@ mod pages;
 mod pool;
 mod restore;
 
-pub use decoder::{decode, Snapshot};
+pub use decoder::{decode, guest_build, Snapshot};
 pub use encoder::{encode, Checkpoint, Encoded};
 pub use format::{
     SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,

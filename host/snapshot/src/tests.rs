@@ -13,6 +13,7 @@ use crate::{
 use std::ops::Range;
 
 const GUEST: [u8; 32] = [3; 32];
+const BUILD: [u8; 32] = fuzz::BUILD;
 
 fn sample() -> (Vec<u8>, Vec<u8>) {
     let image = vec![7u8; 65536];
@@ -31,6 +32,7 @@ fn checkpoint<'a>(memory: &'a [u8], image: &'a [u8], dead: Range<usize>) -> Chec
         stack_pointer: 1234,
         host_state: b"{\"a\":1}",
         guest_hash: GUEST,
+        guest_build: BUILD,
         max_payload_bytes: 1 << 20,
         memory_maps_image: false,
         block_units: &[],
@@ -220,7 +222,7 @@ fn sparse_changes_compress_far_below_their_pages() {
 
 /// Recomputes the checksum of a snapshot edited after its header.
 fn reseal(bytes: &mut [u8]) {
-    let checksum = crc32fast::hash(&bytes[HEADER_BYTES..]);
+    let checksum = crate::format::checksum(&BUILD, &bytes[HEADER_BYTES..]);
     bytes[HEADER_BYTES - 4..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
 }
 
@@ -408,6 +410,17 @@ fn damaged_snapshots_are_told_apart() {
     assert_eq!(
         decode(&good, [4; 32], 1 << 30).unwrap_err(),
         SnapshotError::ForeignGuest
+    );
+    // Refused under another key, it still names the build that took it.
+    assert_eq!(crate::guest_build(&good), Ok(BUILD));
+    assert_eq!(decode(&good, GUEST, 1 << 30).unwrap().guest_build, BUILD);
+    assert_eq!(
+        crate::guest_build(&good[..50]),
+        Err(SnapshotError::Truncated)
+    );
+    assert_eq!(
+        crate::guest_build(&v),
+        Err(SnapshotError::UnknownVersion(99))
     );
     let mut v = good.clone();
     let last = v.len() - 1;
