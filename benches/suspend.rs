@@ -234,6 +234,7 @@ fn settlement_wake(c: &mut Criterion, url: &str) {
             lease: None,
             regrant: false,
             awaiting: Vec::new(),
+            guest_build: quickcell::guest_build().to_string(),
         };
         a.park(run).await.unwrap();
         let watch = b.watch_settlements("cm_bench").await.unwrap();

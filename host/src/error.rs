@@ -28,6 +28,11 @@ pub enum Error {
     /// A checkpoint exceeded `maxSnapshotBytes` (`snapshot_limit_exceeded`).
     #[error("code mode snapshot limit exceeded")]
     SnapshotLimitExceeded,
+    /// A `wait` on a run parked by another guest build than this host
+    /// carries (`snapshot_incompatible`); the message names both builds.
+    /// The run stays parked: a host carrying its build can resume it.
+    #[error("{0}")]
+    SnapshotIncompatible(String),
     /// The result cannot be serialized within limits (`output_limit_exceeded`).
     #[error("output limit exceeded: {0}")]
     OutputLimitExceeded(String),

@@ -73,6 +73,7 @@ impl Ledger {
             output_bytes: result.output_bytes() as u64,
             snapshot_bytes: stats.snapshot_bytes.load(Ordering::Relaxed),
             outcome,
+            guest_build: Some(crate::guest_build().to_string()),
         };
         let _ = self.queue.send(Message::Record(record)).await;
     }

@@ -286,6 +286,10 @@ pub enum ErrorCode {
     OutputLimitExceeded,
     /// A checkpoint exceeded `maxSnapshotBytes`.
     SnapshotLimitExceeded,
+    /// A `wait` on a run parked by another guest build (or another
+    /// snapshot format) than this host carries: refused before anything
+    /// of the run changed; it stays parked for a host of its build.
+    SnapshotIncompatible,
     /// Any other uncaught guest error or host fault.
     InternalError,
     /// The call's fuel ran out.
@@ -306,6 +310,7 @@ impl ErrorCode {
             Self::Timeout => "timeout",
             Self::OutputLimitExceeded => "output_limit_exceeded",
             Self::SnapshotLimitExceeded => "snapshot_limit_exceeded",
+            Self::SnapshotIncompatible => "snapshot_incompatible",
             Self::InternalError => "internal_error",
             Self::FuelExhausted => "fuel_exhausted",
             Self::MemoryLimitExceeded => "memory_limit_exceeded",
@@ -468,6 +473,7 @@ impl CellResult {
                 ErrorCode::FuelExhausted => Error::FuelExhausted,
                 ErrorCode::MemoryLimitExceeded => Error::MemoryLimitExceeded,
                 ErrorCode::SnapshotLimitExceeded => Error::SnapshotLimitExceeded,
+                ErrorCode::SnapshotIncompatible => Error::SnapshotIncompatible(f.error),
                 ErrorCode::OutputLimitExceeded => Error::OutputLimitExceeded(f.error),
                 ErrorCode::Aborted => Error::Aborted,
                 ErrorCode::RuntimeUnavailable => Error::RuntimeUnavailable {

@@ -67,12 +67,13 @@ impl RunStore for Counting {
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>> {
         self.claims.fetch_add(1, SeqCst);
         self.inner
-            .claim(run_id, owner, now_ms, claim_until_ms)
+            .claim(run_id, owner, guest_build, now_ms, claim_until_ms)
             .await
     }
     async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {

@@ -784,6 +784,7 @@ async fn a_recorded_settlement_wakes_another_stores_watch_by_notify() {
         lease: None,
         regrant: false,
         awaiting: vec![7],
+        guest_build: quickcell::guest_build().to_string(),
     };
     recorder.park(park("cm_watched")).await.unwrap();
     recorder.park(park("cm_other")).await.unwrap();

@@ -645,11 +645,6 @@ async fn corrupt_truncated_and_foreign_snapshots_fail_alone() {
         ),
         ("truncated", Box::new(|b: &mut Vec<u8>| b.truncate(30))),
         (
-            "different guest module",
-            Box::new(|b: &mut Vec<u8>| b[20] ^= 1),
-        ),
-        ("format version 7", Box::new(|b: &mut Vec<u8>| b[8] = 7)),
-        (
             "not a quickcell snapshot",
             Box::new(|b: &mut Vec<u8>| b[0] = b'X'),
         ),
@@ -679,6 +674,143 @@ async fn corrupt_truncated_and_foreign_snapshots_fail_alone() {
         json!("intact")
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// What the SQLite store holds of `run_id`: its state, generation, lease,
+/// guest build and snapshot.
+fn run_row(dir: &std::path::Path, run_id: &str) -> (String, i64, i64, Option<String>, Vec<u8>) {
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    conn.query_row(
+        "SELECT state, generation, lease, guest_build, snapshot FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )
+    .unwrap()
+}
+
+/// Sets the guest build the store names for `run_id` (`None`: a run
+/// stored before builds were recorded).
+fn set_run_build(dir: &std::path::Path, run_id: &str, build: Option<&str>) {
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    conn.execute(
+        "UPDATE runs SET guest_build = ?2 WHERE run_id = ?1",
+        rusqlite::params![run_id, build],
+    )
+    .unwrap();
+}
+
+/// The refusal of a run parked by another guest build: `snapshot_incompatible`,
+/// phase `host`, a message that says the run stays parked.
+fn incompatible(r: &CellResult) -> String {
+    let f = failed(r);
+    assert_eq!(f.code, ErrorCode::SnapshotIncompatible, "{}", f.error);
+    assert_eq!(json(r)["code"], "snapshot_incompatible");
+    assert_eq!(f.failure_phase, FailurePhase::Host);
+    assert!(f.error.contains("The run stays parked"), "{}", f.error);
+    assert!(f.error.contains(quickcell::guest_build()), "{}", f.error);
+    f.error.clone()
+}
+
+#[tokio::test]
+async fn a_run_parked_by_another_guest_build_is_refused_and_stays_parked() {
+    let dir = state_dir();
+    let rt = runtime_in(&dir, Limits::default()).await;
+    let ours = quickcell::guest_build();
+    let park = || async {
+        let r = rt
+            .exec(exec(
+                "text('before'); await yield_control(); text('after'); return 'resumed';",
+            ))
+            .await;
+        waiting(&r).run_id.clone()
+    };
+
+    // Obeyed: the run names the build that parked it, which resumes it.
+    let id = park().await;
+    assert_eq!(run_row(&dir, &id).3.as_deref(), Some(ours));
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(value(&r), json!("resumed"));
+
+    // Violated at the claim: the run's record names another build. It is
+    // refused before the claim: nothing of the run changes.
+    let id = park().await;
+    let other = "ab".repeat(32);
+    set_run_build(&dir, &id, Some(&other));
+    let before = run_row(&dir, &id);
+    for _ in 0..2 {
+        let error = incompatible(&rt.wait(WaitInput::new(&id)).await);
+        assert!(
+            error.contains(&format!(
+                "run {id} was parked by guest build {other}; this host carries guest build {ours}"
+            )),
+            "{error}"
+        );
+    }
+    assert_eq!(run_row(&dir, &id), before, "the run is untouched");
+    // A host of its build resumes it, with nothing lost.
+    set_run_build(&dir, &id, Some(ours));
+    let r = rt.wait(WaitInput::new(&id)).await;
+    assert_eq!(value(&r), json!("resumed"));
+    assert_eq!(texts(&r), vec!["after"]);
+
+    // Violated at decoding: the record names no build (stored before
+    // builds were recorded), the snapshot's header another guest, another
+    // pre-initialization of this one, or another format. The run is handed
+    // back parked, its generation and snapshot intact.
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let other_bytes = [0xab_u8; 32];
+    let cases: Vec<(String, Damage)> = vec![
+        (
+            format!("was parked by guest build {other}; this host carries guest build {ours}"),
+            Box::new(move |b: &mut Vec<u8>| {
+                b[12..44].fill(0xcd);
+                b[44..76].copy_from_slice(&other_bytes);
+            }),
+        ),
+        (
+            format!("was parked by guest build {ours}, which this host carries too, but pre-initialized otherwise"),
+            Box::new(|b: &mut Vec<u8>| b[20] ^= 1),
+        ),
+        (
+            "snapshot format 4; this host reads format 5".to_string(),
+            Box::new(|b: &mut Vec<u8>| b[8] = 4),
+        ),
+    ];
+    for (expected, damage) in cases {
+        let id = park().await;
+        set_run_build(&dir, &id, None);
+        let intact = run_row(&dir, &id);
+        tamper(&dir, &id, true, damage);
+        let error = incompatible(&rt.wait(WaitInput::new(&id)).await);
+        assert!(error.contains(&expected), "{expected}: {error}");
+        let (state, generation, _, _, _) = run_row(&dir, &id);
+        assert_eq!((state.as_str(), generation), ("parked", intact.1));
+        // A host of the quickcell that parked it resumes it.
+        tamper(&dir, &id, false, |b| *b = intact.4.clone());
+        let r = rt.wait(WaitInput::new(&id)).await;
+        assert_eq!(value(&r), json!("resumed"), "{expected}");
+    }
+
+    // A cancel needs no guest: it ends a run of another build.
+    let id = park().await;
+    set_run_build(&dir, &id, Some(&other));
+    let mut cancel = WaitInput::new(&id);
+    cancel.cancel = true;
+    assert_eq!(failed(&rt.wait(cancel).await).code, ErrorCode::Aborted);
+    assert!(!run_exists(&dir, &id));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Whether the SQLite store holds `run_id`.
+fn run_exists(dir: &std::path::Path, run_id: &str) -> bool {
+    let conn = rusqlite::Connection::open(dir.join(quickcell::STATE_FILE)).unwrap();
+    conn.query_row(
+        "SELECT COUNT(*) FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
+        > 0
 }
 
 #[tokio::test]

@@ -91,6 +91,11 @@ async fn a_sessions_ledger_adds_up_to_its_results_fuel() {
     assert!(records
         .iter()
         .all(|r| r.session == "alice" && r.guest_us > 0));
+    // Each record names the guest build that served it: a park names the
+    // build its run needs to resume.
+    assert!(records
+        .iter()
+        .all(|r| r.guest_build.as_deref() == Some(quickcell::guest_build())));
     // Later than everything: nothing.
     let future = UsageFilter::all().since_ms(u64::MAX);
     assert_eq!(rt.usage(&future).await.unwrap().calls, 0);

@@ -384,6 +384,10 @@ fn refusal_message(refused: ClaimRefused, tools: &crate::bridge::CellTools) -> S
         ClaimRefused::OtherAgentRun => "code mode run belongs to a different agent run.".into(),
         ClaimRefused::OtherSession => "code mode run belongs to a different session.".into(),
         ClaimRefused::Busy => "code mode run is already being resumed.".into(),
+        // Answered as `snapshot_incompatible` before it gets here.
+        ClaimRefused::OtherGuestBuild { parked } => {
+            format!("code mode run was parked by guest build {parked}.")
+        }
     }
 }
 
@@ -409,12 +413,24 @@ pub(crate) async fn wait(
     // A claim outlives this call's deadline by the hard-stop grace, so a
     // `wait` that is still running is never mistaken for an abandoned one.
     let claim_until = now + env.limits.timeout_ms() + CLAIM_GRACE_MS;
+    // Only a host carrying the guest build that parked a run can resume
+    // it; a cancel needs no guest.
+    let guest_build = (!input.cancel).then(crate::guest_build);
     let claimed = match env
         .store
-        .claim(run_id, &input.owner, now, claim_until)
+        .claim(run_id, &input.owner, guest_build, now, claim_until)
         .await
     {
         Ok(Ok(claimed)) => claimed,
+        // Refused before the claim: the run stays parked, untouched.
+        Ok(Err(ClaimRefused::OtherGuestBuild { parked })) => {
+            return restore::incompatible(
+                run_id,
+                Some(&parked),
+                &SnapshotError::ForeignGuest,
+                (env.telemetry)(),
+            );
+        }
         // Cancelling a run that a `wait` of this process is resuming ends
         // that `wait` (aborted, the run removed); this call reports it.
         Ok(Err(ClaimRefused::Busy)) if input.cancel && env.runs.cancel_resuming(run_id) => {
@@ -476,10 +492,10 @@ pub(crate) async fn wait(
     match restored {
         Ok((cell, status)) => cell.drive(env, status).await,
         Err(failure) => {
-            // A runtime that cannot start, or answers the run does not
-            // wait on, leave the run parked for a later `wait`; an unusable
-            // snapshot is removed.
-            let unavailable = matches!(&failure, CellResult::Failed(f) if f.code == ErrorCode::RuntimeUnavailable || f.failure_phase == FailurePhase::Input);
+            // A runtime that cannot start, answers the run does not wait
+            // on, or a snapshot of another guest build leave the run parked
+            // for a later `wait`; an unusable snapshot is removed.
+            let unavailable = matches!(&failure, CellResult::Failed(f) if matches!(f.code, ErrorCode::RuntimeUnavailable | ErrorCode::SnapshotIncompatible) || f.failure_phase == FailurePhase::Input);
             let cleanup = if unavailable {
                 env.store.unclaim(run_id, lease).await
             } else {

@@ -131,6 +131,7 @@ impl LiveCell {
             stack_pointer,
             host_state: &host_json,
             guest_hash: env.shared.image_key(),
+            guest_build: crate::engine::guest_hash(),
             max_payload_bytes: env.limits.max_snapshot_bytes() as usize,
         });
         let checkpointed = Instant::now();
@@ -189,6 +190,7 @@ impl LiveCell {
             lease: self.lease,
             regrant: self.restart_safe,
             awaiting: host.bridge.outstanding.keys().copied().collect(),
+            guest_build: crate::guest_build().to_string(),
         };
         stats::SNAPSHOT_BYTES.store(parked.snapshot.len() as u64, Ordering::Relaxed);
         env.stats

@@ -44,8 +44,25 @@ pub(super) async fn restore(
             .map_err(unusable)?,
         None => stored,
     };
-    let snapshot = snapshot::decode(&opened, env.shared.image_key(), ceiling)
-        .map_err(|e| unusable(e.to_string()))?;
+    let snapshot = match snapshot::decode(&opened, env.shared.image_key(), ceiling) {
+        Ok(snapshot) => snapshot,
+        // Taken by another guest build, or by this build pre-initialized
+        // otherwise, or in another format: a host of the quickcell that
+        // parked it can still resume it, so it stays parked as it was.
+        Err(e @ (SnapshotError::ForeignGuest | SnapshotError::UnknownVersion(_))) => {
+            if let Some(bridge) = live {
+                hand_back(env, run_id, claimed.generation, bridge);
+            }
+            let parked = snapshot::guest_build(&opened).ok().map(hex);
+            return Err(incompatible(
+                run_id,
+                parked.as_deref(),
+                &e,
+                (env.telemetry)(),
+            ));
+        }
+        Err(e) => return Err(unusable(e.to_string())),
+    };
     let host: HostState = serde_json::from_slice(&snapshot.host_state)
         .map_err(|e| unusable(format!("unreadable host state: {e}")))?;
     if host.run_id != run_id {
@@ -261,4 +278,63 @@ fn hand_back(env: &CellEnv<'_>, run_id: &str, generation: u64, bridge: Bridge) {
     let ttl_ms = env.limits.snapshot_ttl_seconds().saturating_mul(1000);
     env.runs
         .keep_live(run_id, generation, unix_ms().saturating_add(ttl_ms), bridge);
+}
+
+/// Lowercase hex of a hash.
+fn hex(bytes: [u8; 32]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the README tells operators what to do with runs parked by
+/// another build.
+const UPGRADING: &str = "README.md, \"Upgrading with runs parked\"";
+
+/// The `snapshot_incompatible` failure of a `wait` on `run_id`, parked by
+/// guest build `parked` (`None`: not named, a snapshot format from before
+/// builds were named) when this host refused it: at the claim (`why`
+/// `None`: the run's record names another build) or at decoding. The run
+/// stays parked.
+pub(crate) fn incompatible(
+    run_id: &str,
+    parked: Option<&str>,
+    why: &SnapshotError,
+    telemetry: Telemetry,
+) -> CellResult {
+    let ours = crate::guest_build();
+    let error = match (parked, why) {
+        (_, SnapshotError::UnknownVersion(version)) => format!(
+            "code mode snapshot is incompatible with this host: run {run_id} was parked by \
+             another quickcell (snapshot format {version}; this host reads format {}), whose \
+             guest build it does not name; this host carries guest build {ours}. The run stays \
+             parked: resume it on a host of the quickcell that parked it, or drain parked runs \
+             before upgrading ({UPGRADING}).",
+            snapshot::FORMAT_VERSION
+        ),
+        (Some(parked), _) if parked == ours => format!(
+            "code mode snapshot is incompatible with this host: run {run_id} was parked by \
+             guest build {parked}, which this host carries too, but pre-initialized otherwise \
+             (another quickcell version). The run stays parked: resume it on a host of the \
+             quickcell that parked it, or drain parked runs before upgrading ({UPGRADING})."
+        ),
+        (parked, _) => format!(
+            "code mode snapshot is incompatible with this host: run {run_id} was parked by \
+             guest build {}; this host carries guest build {ours}. The run stays parked: resume \
+             it on a host with guest build {0}, or drain parked runs before upgrading \
+             ({UPGRADING}).",
+            parked.unwrap_or("(not named)")
+        ),
+    };
+    CellResult::Failed(Failed {
+        exact: Default::default(),
+        mcp_outage: Default::default(),
+        untrusted_source: None,
+        error,
+        code: ErrorCode::SnapshotIncompatible,
+        output: Vec::new(),
+        telemetry,
+        failure_phase: FailurePhase::Host,
+        // The run dispatched its bridge requests before it parked.
+        bridge_dispatch_started: true,
+        replay_safe: None,
+    })
 }

@@ -50,6 +50,7 @@ impl MemoryRun {
             expires_at_ms: self.run.expires_at_ms,
             regrant: self.run.regrant,
             cancelled,
+            guest_build: Some(&self.run.guest_build),
         }
     }
 }
@@ -164,6 +165,7 @@ impl RunStore for MemoryStateStore {
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>> {
@@ -171,7 +173,10 @@ impl RunStore for MemoryStateStore {
         let Some(entry) = runs.get_mut(run_id) else {
             return Ok(Err(ClaimRefused::Unavailable));
         };
-        match entry.row(self.cancelled(run_id)).claim(owner, now_ms) {
+        match entry
+            .row(self.cancelled(run_id))
+            .claim(owner, guest_build, now_ms)
+        {
             super::ClaimDecision::Remove => {
                 runs.remove(run_id);
                 return Ok(Err(ClaimRefused::Unavailable));

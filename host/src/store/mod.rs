@@ -109,6 +109,13 @@ pub struct ParkedRun {
     /// settlements of other requests are forgotten: the run has delivered
     /// them, or never will.
     pub awaiting: Vec<u64>,
+    /// The guest build that parked it ([`crate::guest_build`]: the hex
+    /// SHA-256 of the guest module), which alone can resume it. A claim
+    /// naming another build is refused and leaves the run as it is
+    /// ([`ClaimRefused::OtherGuestBuild`]). Empty when unknown (a run
+    /// stored before builds were recorded): any build may claim it, and
+    /// the snapshot's own header decides.
+    pub guest_build: String,
 }
 
 /// A successful claim: the snapshot to resume.
@@ -129,8 +136,9 @@ pub struct Claimed {
     pub lease: u64,
 }
 
-/// Why a run cannot be claimed (the contract's `wait` admission order).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a run cannot be claimed (the contract's `wait` admission order,
+/// then the guest build).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimRefused {
     /// Unknown, expired, or abandoned by a claim holder that vanished.
     Unavailable,
@@ -140,6 +148,12 @@ pub enum ClaimRefused {
     OtherSession,
     /// Another `wait` holds it.
     Busy,
+    /// Parked by another guest build than the claim names: only a host
+    /// carrying that build can resume it. The run is left as it was.
+    OtherGuestBuild {
+        /// The build that parked it ([`ParkedRun::guest_build`]).
+        parked: String,
+    },
 }
 
 /// What a backend holds of a run when a `wait` claims it.
@@ -152,6 +166,8 @@ pub(crate) struct RunRow<'a> {
     pub regrant: bool,
     /// A cancel is recorded for it ([`HostStore::record_cancels`]).
     pub cancelled: bool,
+    /// The guest build that parked it; `None` (or empty) when unknown.
+    pub guest_build: Option<&'a str>,
 }
 
 /// What a claim does with a run, in the contract's admission order: known
@@ -185,8 +201,14 @@ impl RunRow<'_> {
         }
     }
 
-    /// What claiming it for `owner` at `now_ms` does.
-    pub(crate) fn claim(&self, owner: &Owner, now_ms: u64) -> ClaimDecision {
+    /// What claiming it for `owner` at `now_ms`, by a host carrying
+    /// `guest_build` (`None`: any build, as a cancel does), does.
+    pub(crate) fn claim(
+        &self,
+        owner: &Owner,
+        guest_build: Option<&str>,
+        now_ms: u64,
+    ) -> ClaimDecision {
         // A cancelled run is gone unless a claim still holds it: its
         // holder ends that claim when it learns of the cancel.
         if self.purgeable(now_ms) {
@@ -200,6 +222,18 @@ impl RunRow<'_> {
         }
         if self.claimed_until_ms.is_some() && self.lapsed(now_ms).is_none() {
             return ClaimDecision::Refuse(ClaimRefused::Busy);
+        }
+        // Last, so that the contract's refusals come first; known builds
+        // only (a run from before builds were recorded: its snapshot's
+        // header decides).
+        if let (Some(parked), Some(wanted)) =
+            (self.guest_build.filter(|b| !b.is_empty()), guest_build)
+        {
+            if parked != wanted {
+                return ClaimDecision::Refuse(ClaimRefused::OtherGuestBuild {
+                    parked: parked.to_string(),
+                });
+            }
         }
         ClaimDecision::Grant
     }
@@ -233,11 +267,15 @@ pub trait RunStore: Send + Sync {
     /// ([`ParkedRun::awaiting`]). Fails when the run's
     /// [`ParkedRun::lease`] is not its latest claim (fencing).
     async fn park(&self, run: ParkedRun) -> StoreResult<()>;
-    /// Claims a parked run for one `wait` until `claim_until_ms`.
+    /// Claims a parked run for one `wait` until `claim_until_ms`, for a
+    /// host carrying `guest_build` ([`crate::guest_build`]; `None` for
+    /// any build: a cancel). A run parked by another known build is
+    /// refused as [`ClaimRefused::OtherGuestBuild`] and left untouched.
     async fn claim(
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>>;
@@ -379,6 +417,12 @@ pub struct UsageRecord {
     pub snapshot_bytes: u64,
     /// `completed`, `waiting`, or `failed:<code>`.
     pub outcome: String,
+    /// The guest build of the host that served the call
+    /// ([`crate::guest_build`]): the build a run it parked needs to
+    /// resume, the build a `wait` ran (or was refused) on. `None` in
+    /// records from before the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_build: Option<String>,
 }
 
 /// Which usage records [`UsageStore::usage_totals`] and

@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS runs (
     claimed_until_ms INTEGER,
     snapshot BLOB NOT NULL,
     lease INTEGER NOT NULL DEFAULT 0,
-    regrant INTEGER NOT NULL DEFAULT 0
+    regrant INTEGER NOT NULL DEFAULT 0,
+    guest_build TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session);
 CREATE TABLE IF NOT EXISTS session_store (
@@ -70,7 +71,8 @@ CREATE TABLE IF NOT EXISTS usage (
     tool_calls INTEGER NOT NULL,
     output_bytes INTEGER NOT NULL,
     snapshot_bytes INTEGER NOT NULL,
-    outcome TEXT NOT NULL
+    outcome TEXT NOT NULL,
+    guest_build TEXT
 );
 CREATE INDEX IF NOT EXISTS usage_by_session ON usage (session, at_ms);
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (at_ms);
@@ -166,6 +168,14 @@ impl SqliteStateStore {
                  ALTER TABLE runs ADD COLUMN regrant INTEGER NOT NULL DEFAULT 0;",
             )?;
         }
+        // Stores made before runs and usage records named their guest
+        // build: their rows read as the build unknown (NULL).
+        if !has_column("runs", "guest_build")? {
+            tx.execute_batch("ALTER TABLE runs ADD COLUMN guest_build TEXT;")?;
+        }
+        if !has_column("usage", "guest_build")? {
+            tx.execute_batch("ALTER TABLE usage ADD COLUMN guest_build TEXT;")?;
+        }
         if has_column("settlements", "generation")? {
             tx.execute_batch(SETTLEMENTS_BY_REQUEST)?;
         }
@@ -202,6 +212,11 @@ impl Db {
     }
 }
 
+/// A run's guest build as stored: NULL when unknown.
+fn build(guest_build: &str) -> Option<&str> {
+    (!guest_build.is_empty()).then_some(guest_build)
+}
+
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
@@ -215,7 +230,7 @@ impl Db {
                 let updated = tx.execute(
                     "UPDATE runs SET agent_run = ?2, session = ?3, state = 'parked',
                        generation = ?4, expires_at_ms = ?5, claimed_until_ms = NULL,
-                       snapshot = ?6, regrant = ?7
+                       snapshot = ?6, regrant = ?7, guest_build = ?9
                      WHERE run_id = ?1 AND lease = ?8",
                     params![
                         run.run_id,
@@ -225,7 +240,8 @@ impl Db {
                         to_i64(run.expires_at_ms),
                         run.snapshot,
                         run.regrant,
-                        to_i64(lease)
+                        to_i64(lease),
+                        build(&run.guest_build)
                     ],
                 )?;
                 if updated == 0 {
@@ -235,9 +251,9 @@ impl Db {
             None => {
                 tx.execute(
                     "INSERT OR REPLACE INTO runs
-                     (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, lease, regrant)
+                     (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, lease, regrant, guest_build)
                      VALUES (?1, ?2, ?3, 'parked', ?4, ?5, NULL, ?6,
-                       COALESCE((SELECT lease FROM runs WHERE run_id = ?1), 0), ?7)",
+                       COALESCE((SELECT lease FROM runs WHERE run_id = ?1), 0), ?7, ?8)",
                     params![
                         run.run_id,
                         run.owner.agent_run,
@@ -245,7 +261,8 @@ impl Db {
                         to_i64(run.generation),
                         to_i64(run.expires_at_ms),
                         run.snapshot,
-                        run.regrant
+                        run.regrant,
+                        build(&run.guest_build)
                     ],
                 )?;
             }
@@ -265,16 +282,27 @@ impl Db {
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> anyhow::Result<Result<Claimed, ClaimRefused>> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        type Row = (String, String, String, i64, i64, Option<i64>, bool, bool);
+        type Row = (
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            Option<i64>,
+            bool,
+            bool,
+            Option<String>,
+        );
         let row: Option<Row> = tx
             .query_row(
                 "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant,
-                        EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id)
+                        EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id), guest_build
                  FROM runs WHERE run_id = ?1",
                 params![run_id],
                 |r| {
@@ -287,6 +315,7 @@ impl Db {
                         r.get(5)?,
                         r.get(6)?,
                         r.get(7)?,
+                        r.get(8)?,
                     ))
                 },
             )
@@ -300,6 +329,7 @@ impl Db {
             claimed_until,
             regrant,
             cancelled,
+            parked_by,
         )) = row
         else {
             return Ok(Err(ClaimRefused::Unavailable));
@@ -312,8 +342,9 @@ impl Db {
             expires_at_ms: expires_at.max(0) as u64,
             regrant,
             cancelled,
+            guest_build: parked_by.as_deref(),
         };
-        match row.claim(owner, now_ms) {
+        match row.claim(owner, guest_build, now_ms) {
             super::ClaimDecision::Remove => {
                 tx.execute("DELETE FROM runs WHERE run_id = ?1", params![run_id])?;
                 tx.execute("DELETE FROM settlements WHERE run_id = ?1", params![run_id])?;
@@ -663,12 +694,12 @@ fn usage_where(filter: &UsageFilter) -> (String, Vec<rusqlite::types::Value>) {
 impl Db {
     fn usage_record(&self, r: &UsageRecord) -> anyhow::Result<()> {
         self.conn().execute(
-            "INSERT INTO usage (at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            "INSERT INTO usage (at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome, guest_build)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 to_i64(r.at_ms), r.agent_run, r.session, r.run_id, r.kind, to_i64(r.fuel),
                 to_i64(r.wall_ms), to_i64(r.guest_us), to_i64(r.tool_calls),
-                to_i64(r.output_bytes), to_i64(r.snapshot_bytes), r.outcome
+                to_i64(r.output_bytes), to_i64(r.snapshot_bytes), r.outcome, r.guest_build
             ],
         )?;
         Ok(())
@@ -704,7 +735,7 @@ impl Db {
             limit.min(MAX_USAGE_RECORDS_LISTED) as i64,
         ));
         let sql = format!(
-            "SELECT at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome
+            "SELECT at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome, guest_build
              FROM (SELECT * FROM usage {clause} ORDER BY seq DESC LIMIT ?) ORDER BY seq"
         );
         let conn = self.conn();
@@ -724,6 +755,7 @@ impl Db {
                 output_bytes: n(9)?,
                 snapshot_bytes: n(10)?,
                 outcome: row.get(11)?,
+                guest_build: row.get(12)?,
             })
         })?;
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -827,12 +859,22 @@ impl RunStore for SqliteStateStore {
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>> {
         let (run_id, owner) = (run_id.to_owned(), owner.clone());
-        self.blocking(move |db| db.claim(&run_id, &owner, now_ms, claim_until_ms))
-            .await
+        let guest_build = guest_build.map(str::to_owned);
+        self.blocking(move |db| {
+            db.claim(
+                &run_id,
+                &owner,
+                guest_build.as_deref(),
+                now_ms,
+                claim_until_ms,
+            )
+        })
+        .await
     }
 
     async fn unclaim(&self, run_id: &str, lease: u64) -> StoreResult<()> {
@@ -1021,6 +1063,18 @@ mod tests {
             again.recorded_settlements("r1", &[8]).await.unwrap(),
             kept[1..]
         );
+        // The run names no guest build: any build may claim it (its
+        // snapshot's header decides).
+        let owner = Owner {
+            agent_run: "a".into(),
+            session: "s".into(),
+        };
+        let claimed = again
+            .claim("r1", &owner, Some("b1"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(claimed.generation, 2);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -20,6 +20,7 @@ fn parked(id: &str, expires: u64) -> ParkedRun {
         lease: None,
         regrant: false,
         awaiting: vec![1, 4, 5],
+        guest_build: String::new(),
     }
 }
 
@@ -47,7 +48,7 @@ async fn claim_checks_in_the_contract_order() {
 
 async fn claim_order(store: &dyn StateStore) {
     store.park(parked("r1", 1_000)).await.unwrap();
-    let claim = async |o: &Owner, now| store.claim("r1", o, now, now + 100).await.unwrap();
+    let claim = async |o: &Owner, now| store.claim("r1", o, None, now, now + 100).await.unwrap();
     assert_eq!(
         claim(&owner("a", "s"), 2_000).await.unwrap_err(),
         ClaimRefused::Unavailable
@@ -96,7 +97,7 @@ async fn unclaim_makes_a_run_waitable_again() {
 async fn unclaim(store: &dyn StateStore) {
     store.park(parked("r1", 10_000)).await.unwrap();
     let claimed = store
-        .claim("r1", &owner("a", "s"), 1, 100)
+        .claim("r1", &owner("a", "s"), None, 1, 100)
         .await
         .unwrap()
         .unwrap();
@@ -104,7 +105,7 @@ async fn unclaim(store: &dyn StateStore) {
     store.unclaim("r1", claimed.lease + 1).await.unwrap();
     assert_eq!(
         store
-            .claim("r1", &owner("a", "s"), 1, 100)
+            .claim("r1", &owner("a", "s"), None, 1, 100)
             .await
             .unwrap()
             .unwrap_err(),
@@ -112,14 +113,14 @@ async fn unclaim(store: &dyn StateStore) {
     );
     store.unclaim("r1", claimed.lease).await.unwrap();
     assert!(store
-        .claim("r1", &owner("a", "s"), 1, 100)
+        .claim("r1", &owner("a", "s"), None, 1, 100)
         .await
         .unwrap()
         .is_ok());
     store.remove("r1").await.unwrap();
     assert_eq!(
         store
-            .claim("r1", &owner("a", "s"), 1, 100)
+            .claim("r1", &owner("a", "s"), None, 1, 100)
             .await
             .unwrap()
             .unwrap_err(),
@@ -162,7 +163,7 @@ async fn closing_a_session_removes_its_runs_values_and_results_only() {
         resuming.run_id = "r3".into();
         store.park(resuming).await.unwrap();
         store
-            .claim("r3", &owner("a", "s"), 1, 100)
+            .claim("r3", &owner("a", "s"), None, 1, 100)
             .await
             .unwrap()
             .unwrap();
@@ -188,7 +189,7 @@ async fn closing_a_session_removes_its_runs_values_and_results_only() {
         assert_eq!(store.count_runs().await.unwrap(), 1);
         assert_eq!(
             store
-                .claim("r1", &owner("a", "s"), 1, 100)
+                .claim("r1", &owner("a", "s"), None, 1, 100)
                 .await
                 .unwrap()
                 .unwrap_err(),
@@ -210,6 +211,81 @@ async fn closing_a_session_removes_its_runs_values_and_results_only() {
     }
 }
 
+#[tokio::test]
+async fn a_claim_by_another_guest_build_is_refused_and_changes_nothing() {
+    for store in stores().await {
+        guest_builds(&*store).await;
+    }
+}
+
+async fn guest_builds(store: &dyn StateStore) {
+    let me = owner("a", "s");
+    let run = ParkedRun {
+        guest_build: "b1".into(),
+        ..parked("built", 100_000)
+    };
+    store.park(run.clone()).await.unwrap();
+    // Violated: a host of another build is refused, the run left as it was
+    // (not claimed, so not busy; no lease taken).
+    for _ in 0..2 {
+        assert_eq!(
+            store
+                .claim("built", &me, Some("b2"), 1, 100)
+                .await
+                .unwrap()
+                .unwrap_err(),
+            ClaimRefused::OtherGuestBuild {
+                parked: "b1".into()
+            }
+        );
+    }
+    // The contract's refusals come first.
+    assert_eq!(
+        store
+            .claim("built", &owner("x", "s"), Some("b2"), 1, 100)
+            .await
+            .unwrap()
+            .unwrap_err(),
+        ClaimRefused::OtherAgentRun
+    );
+    // Obeyed: a host of its build claims it, as the first claim.
+    let claimed = store
+        .claim("built", &me, Some("b1"), 2, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((claimed.generation, claimed.lease), (1, 1));
+    assert_eq!(claimed.snapshot, vec![1, 2, 3]);
+    // Parked again by the same build, under its lease: still named.
+    store
+        .park(ParkedRun {
+            generation: 2,
+            lease: Some(claimed.lease),
+            ..run.clone()
+        })
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim("built", &me, Some("b2"), 3, 100).await.unwrap(),
+        Err(ClaimRefused::OtherGuestBuild { .. })
+    ));
+    // A cancel claims it whatever the build.
+    let cancelling = store
+        .claim("built", &me, None, 3, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cancelling.generation, 2);
+    // A run that names no build (stored before builds were recorded) is
+    // claimed by any.
+    store.park(parked("unnamed", 100_000)).await.unwrap();
+    assert!(store
+        .claim("unnamed", &me, Some("b2"), 1, 100)
+        .await
+        .unwrap()
+        .is_ok());
+}
+
 fn usage(session: &str, at_ms: u64, fuel: u64) -> UsageRecord {
     UsageRecord {
         at_ms,
@@ -224,6 +300,7 @@ fn usage(session: &str, at_ms: u64, fuel: u64) -> UsageRecord {
         output_bytes: 10,
         snapshot_bytes: 0,
         outcome: "completed".into(),
+        guest_build: Some("b1".into()),
     }
 }
 
@@ -247,7 +324,7 @@ async fn a_parked_run_s_expiry_moves_out_for_its_owner_only() {
         );
         // A run being resumed is its `wait`'s to park again.
         store
-            .claim("r1", &run_owner, 41_000, 42_000)
+            .claim("r1", &run_owner, None, 41_000, 42_000)
             .await
             .unwrap()
             .unwrap();
@@ -349,10 +426,14 @@ async fn leases(store: &dyn StateStore) {
         ..parked("safe", 100_000)
     };
     store.park(run.clone()).await.unwrap();
-    let first = store.claim("safe", &a, 10, 1_000).await.unwrap().unwrap();
+    let first = store
+        .claim("safe", &a, None, 10, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         store
-            .claim("safe", &a, 999, 2_000)
+            .claim("safe", &a, None, 999, 2_000)
             .await
             .unwrap()
             .unwrap_err(),
@@ -362,7 +443,7 @@ async fn leases(store: &dyn StateStore) {
     // The holder vanished; after the deadline another host claims it.
     assert!(store.purge_expired(1_001).await.unwrap().is_empty());
     let second = store
-        .claim("safe", &a, 1_001, 3_000)
+        .claim("safe", &a, None, 1_001, 3_000)
         .await
         .unwrap()
         .unwrap();
@@ -381,7 +462,7 @@ async fn leases(store: &dyn StateStore) {
     store.unclaim("safe", first.lease).await.unwrap();
     assert_eq!(
         store
-            .claim("safe", &a, 1_002, 3_000)
+            .claim("safe", &a, None, 1_002, 3_000)
             .await
             .unwrap()
             .unwrap_err(),
@@ -397,7 +478,7 @@ async fn leases(store: &dyn StateStore) {
     };
     store.park(next).await.unwrap();
     let third = store
-        .claim("safe", &a, 1_003, 4_000)
+        .claim("safe", &a, None, 1_003, 4_000)
         .await
         .unwrap()
         .unwrap();
@@ -408,27 +489,39 @@ async fn leases(store: &dyn StateStore) {
     // Any other run: a lapsed claim makes it unavailable (it may have been
     // resumed once), whether a claim or a purge meets it first.
     store.park(parked("once", 100_000)).await.unwrap();
-    store.claim("once", &a, 10, 1_000).await.unwrap().unwrap();
+    store
+        .claim("once", &a, None, 10, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         store
-            .claim("once", &a, 1_001, 3_000)
+            .claim("once", &a, None, 1_001, 3_000)
             .await
             .unwrap()
             .unwrap_err(),
         ClaimRefused::Unavailable
     );
     store.park(parked("once", 100_000)).await.unwrap();
-    store.claim("once", &a, 10, 1_000).await.unwrap().unwrap();
+    store
+        .claim("once", &a, None, 10, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         store.purge_expired(1_001).await.unwrap(),
         vec!["once".to_string()]
     );
     // A restart-safe run still expires.
     store.park(run).await.unwrap();
-    store.claim("safe", &a, 10, 1_000).await.unwrap().unwrap();
+    store
+        .claim("safe", &a, None, 10, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         store
-            .claim("safe", &a, 100_001, 200_000)
+            .claim("safe", &a, None, 100_001, 200_000)
             .await
             .unwrap()
             .unwrap_err(),
@@ -449,7 +542,7 @@ async fn settlements_by_request(store: &dyn StateStore) {
     store.park(run).await.unwrap();
     let claim = async || {
         store
-            .claim("r1", &owner("a", "s"), 1, 100)
+            .claim("r1", &owner("a", "s"), None, 1, 100)
             .await
             .unwrap()
             .unwrap()
@@ -588,7 +681,7 @@ async fn cancel_records(store: &dyn StateStore) {
         store.park(run).await.unwrap();
     }
     for id in ["held", "held_regrant"] {
-        store.claim(id, &me, 1, 100).await.unwrap().unwrap();
+        store.claim(id, &me, None, 1, 100).await.unwrap().unwrap();
     }
     assert!(store
         .cancelled_runs(&ids(&["parked", "held"]))
@@ -617,14 +710,18 @@ async fn cancel_records(store: &dyn StateStore) {
     // holds stays held for that claim's holder to end.
     assert_eq!(
         store
-            .claim("parked", &me, 2, 100)
+            .claim("parked", &me, None, 2, 100)
             .await
             .unwrap()
             .unwrap_err(),
         ClaimRefused::Unavailable
     );
     assert_eq!(
-        store.claim("held", &me, 2, 100).await.unwrap().unwrap_err(),
+        store
+            .claim("held", &me, None, 2, 100)
+            .await
+            .unwrap()
+            .unwrap_err(),
         ClaimRefused::Busy
     );
     // Once its claim has lapsed, a cancelled run is purged even if it
@@ -633,7 +730,11 @@ async fn cancel_records(store: &dyn StateStore) {
     purged.sort();
     assert_eq!(purged, ids(&["held", "held_regrant"]));
     assert_eq!(store.count_runs().await.unwrap(), 1);
-    assert!(store.claim("other", &me, 300, 400).await.unwrap().is_ok());
+    assert!(store
+        .claim("other", &me, None, 300, 400)
+        .await
+        .unwrap()
+        .is_ok());
     // Records are kept until their expiry, then purged.
     store.purge_expired(5_000).await.unwrap();
     assert!(store

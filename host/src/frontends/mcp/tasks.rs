@@ -399,12 +399,15 @@ async fn run_to_end<S: CellService>(service: &S, scope: &str, run_id: &str) {
             CellResult::Failed(failed)
                 if matches!(
                     failed.code,
-                    crate::ErrorCode::RuntimeUnavailable | crate::ErrorCode::InternalError
+                    crate::ErrorCode::RuntimeUnavailable
+                        | crate::ErrorCode::InternalError
+                        | crate::ErrorCode::SnapshotIncompatible
                 ) || failed.error.contains("already being resumed") =>
             {
-                // This host stops, the store failed, or another host
-                // drives the run: the record stays working, for whoever
-                // resumes it next (a `tasks/get` does).
+                // This host stops, the store failed, another host drives
+                // the run, or only a host of another guest build can
+                // resume it: the record stays working, for whoever resumes
+                // it next (a `tasks/get` does).
                 return;
             }
             // The principal runs its share of cells at once: later.

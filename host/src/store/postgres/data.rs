@@ -178,12 +178,12 @@ impl UsageStore for PostgresStateStore {
     async fn usage_record(&self, r: UsageRecord) -> StoreResult<()> {
         let work = async {
             self.client().await?.execute(
-                "INSERT INTO usage (at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                "INSERT INTO usage (at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome, guest_build)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
                 &[
                     &to_i64(r.at_ms), &r.agent_run, &r.session, &r.run_id, &r.kind, &to_i64(r.fuel),
                     &to_i64(r.wall_ms), &to_i64(r.guest_us), &to_i64(r.tool_calls),
-                    &to_i64(r.output_bytes), &to_i64(r.snapshot_bytes), &r.outcome,
+                    &to_i64(r.output_bytes), &to_i64(r.snapshot_bytes), &r.outcome, &r.guest_build,
                 ],
             )
             .await?;
@@ -236,7 +236,7 @@ impl UsageStore for PostgresStateStore {
             let (clause, mut values) = usage_where(filter);
             values.push(Box::new(limit.min(MAX_USAGE_RECORDS_LISTED) as i64));
             let sql = format!(
-                "SELECT at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome
+                "SELECT at_ms, agent_run, session, run_id, kind, fuel, wall_ms, guest_us, tool_calls, output_bytes, snapshot_bytes, outcome, guest_build
                  FROM (SELECT * FROM usage {clause} ORDER BY seq DESC LIMIT ${}) latest ORDER BY seq",
                 values.len()
             );
@@ -258,6 +258,7 @@ impl UsageStore for PostgresStateStore {
                             output_bytes: n(9),
                             snapshot_bytes: n(10),
                             outcome: row.get(11),
+                            guest_build: row.get(12),
                         }
                     })
                     .collect(),

@@ -223,6 +223,14 @@ CREATE TABLE run_cancels (
     expires_at_ms BIGINT NOT NULL
 );
 ",
+    // Runs and usage records name their guest build; earlier rows read as
+    // the build unknown (NULL). Hosts of an older quickcell keep working
+    // on the table (they name their columns); one started after this
+    // migration refuses the newer schema.
+    "
+ALTER TABLE runs ADD COLUMN guest_build TEXT;
+ALTER TABLE usage ADD COLUMN guest_build TEXT;
+",
 ];
 
 /// Key of the advisory lock that serializes migrations across hosts
@@ -427,6 +435,11 @@ impl PostgresStateStore {
     }
 }
 
+/// A run's guest build as stored: NULL when unknown.
+fn build(guest_build: &str) -> Option<&str> {
+    (!guest_build.is_empty()).then_some(guest_build)
+}
+
 /// Deletes the runs `ids` and their settlements within `tx`.
 async fn delete_runs(
     tx: &deadpool_postgres::Transaction<'_>,
@@ -457,7 +470,7 @@ impl RunStore for PostgresStateStore {
                         .execute(
                             "UPDATE runs SET agent_run = $2, session = $3, state = 'parked',
                                generation = $4, expires_at_ms = $5, claimed_until_ms = NULL,
-                               snapshot = $6, regrant = $7
+                               snapshot = $6, regrant = $7, guest_build = $9
                              WHERE run_id = $1 AND lease = $8",
                             &[
                                 &run.run_id,
@@ -468,6 +481,7 @@ impl RunStore for PostgresStateStore {
                                 &run.snapshot,
                                 &run.regrant,
                                 &to_i64(lease),
+                                &build(&run.guest_build),
                             ],
                         )
                         .await?;
@@ -478,13 +492,14 @@ impl RunStore for PostgresStateStore {
                 None => {
                     tx.execute(
                         "INSERT INTO runs
-                         (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, regrant)
-                         VALUES ($1, $2, $3, 'parked', $4, $5, NULL, $6, $7)
+                         (run_id, agent_run, session, state, generation, expires_at_ms, claimed_until_ms, snapshot, regrant, guest_build)
+                         VALUES ($1, $2, $3, 'parked', $4, $5, NULL, $6, $7, $8)
                          ON CONFLICT (run_id) DO UPDATE SET
                            agent_run = EXCLUDED.agent_run, session = EXCLUDED.session,
                            state = 'parked', generation = EXCLUDED.generation,
                            expires_at_ms = EXCLUDED.expires_at_ms, claimed_until_ms = NULL,
-                           snapshot = EXCLUDED.snapshot, regrant = EXCLUDED.regrant",
+                           snapshot = EXCLUDED.snapshot, regrant = EXCLUDED.regrant,
+                           guest_build = EXCLUDED.guest_build",
                         &[
                             &run.run_id,
                             &run.owner.agent_run,
@@ -493,6 +508,7 @@ impl RunStore for PostgresStateStore {
                             &to_i64(run.expires_at_ms),
                             &run.snapshot,
                             &run.regrant,
+                            &build(&run.guest_build),
                         ],
                     )
                     .await?;
@@ -514,6 +530,7 @@ impl RunStore for PostgresStateStore {
         &self,
         run_id: &str,
         owner: &Owner,
+        guest_build: Option<&str>,
         now_ms: u64,
         claim_until_ms: u64,
     ) -> StoreResult<Result<Claimed, ClaimRefused>> {
@@ -523,7 +540,7 @@ impl RunStore for PostgresStateStore {
             let row = tx
                 .query_opt(
                     "SELECT agent_run, session, state, generation, expires_at_ms, claimed_until_ms, regrant,
-                            EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id)
+                            EXISTS (SELECT 1 FROM run_cancels c WHERE c.run_id = runs.run_id), guest_build
                      FROM runs WHERE run_id = $1 FOR UPDATE",
                     &[&run_id],
                 )
@@ -535,6 +552,7 @@ impl RunStore for PostgresStateStore {
                 (row.get(0), row.get(1), row.get(2));
             let (generation, expires_at, claimed_until): (i64, i64, Option<i64>) =
                 (row.get(3), row.get(4), row.get(5));
+            let parked_by: Option<String> = row.get(8);
             let row = super::RunRow {
                 agent_run: &agent_run,
                 session: &session,
@@ -542,8 +560,9 @@ impl RunStore for PostgresStateStore {
                 expires_at_ms: to_u64(expires_at),
                 regrant: row.get(6),
                 cancelled: row.get(7),
+                guest_build: parked_by.as_deref(),
             };
-            match row.claim(owner, now_ms) {
+            match row.claim(owner, guest_build, now_ms) {
                 super::ClaimDecision::Remove => {
                     delete_runs(&tx, &[run_id.to_string()]).await?;
                     tx.commit().await?;

@@ -21,6 +21,7 @@ fn parked(id: &str) -> ParkedRun {
         lease: None,
         regrant: false,
         awaiting: Vec::new(),
+        guest_build: String::new(),
     }
 }
 
@@ -66,13 +67,17 @@ async fn a_statement_past_the_timeout_fails_and_loses_nothing() {
     held.execute("SELECT 1 FROM runs WHERE run_id = 'r1' FOR UPDATE", &[])
         .await
         .unwrap();
-    let error = store.claim("r1", &owner(), 1, 100).await.unwrap_err();
+    let error = store.claim("r1", &owner(), None, 1, 100).await.unwrap_err();
     assert!(
         format!("{error:#}").contains("statement timeout"),
         "{error:#}"
     );
     held.rollback().await.unwrap();
-    let claimed = store.claim("r1", &owner(), 1, 100).await.unwrap().unwrap();
+    let claimed = store
+        .claim("r1", &owner(), None, 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claimed.snapshot, vec![1]);
 }
 
@@ -127,7 +132,7 @@ async fn the_pool_holds_its_connections_and_a_call_waits_at_most_the_timeout() {
     let mut claims = tokio::task::JoinSet::new();
     for _ in 0..2 {
         let store = store.clone();
-        claims.spawn(async move { store.claim("r1", &owner(), 1, u64::MAX / 8).await });
+        claims.spawn(async move { store.claim("r1", &owner(), None, 1, u64::MAX / 8).await });
     }
     while connections(true).await < 2 {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -261,4 +266,18 @@ async fn version_2_settlements_are_kept_by_request() {
     assert_eq!(recorded(&[7, 8]).await, kept);
     assert!(store.record_settlement("r1", 7, "third").await.unwrap());
     assert_eq!(recorded(&[7, 8, 9]).await, kept);
+    // Version 5: the run names no guest build, so any build may claim it
+    // (its snapshot's header decides).
+    let build: Option<String> = client
+        .query_one("SELECT guest_build FROM runs WHERE run_id = 'r1'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(build, None);
+    let claimed = store
+        .claim("r1", &owner(), Some("b1"), 1, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claimed.generation, 2);
 }
