@@ -993,3 +993,67 @@ fn a_2026_07_28_run_parked_on_one_host_resumes_on_another_for_its_principal_only
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["value"], "resumed elsewhere", "{done}");
 }
+
+/// Hosts of two guest builds share one database (an upgrade in
+/// progress): a `wait` on a host of another build than the run's is
+/// refused with `snapshot_incompatible`, naming both, and leaves the row
+/// as it was; a host of the run's build resumes it. Another build is
+/// played by rewriting the row's `guest_build`.
+#[test]
+fn a_run_of_another_guest_build_stays_parked_for_a_host_of_its_build() {
+    let url = quickcell::testing::postgres_database();
+    let (a, b) = (workdir(), workdir());
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .args([url.as_str(), "-qAtc", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (status, parked) = host(
+        &a,
+        &url,
+        &["exec", "--code", "await yield_control(); return 'resumed';"],
+    );
+    assert_eq!(status, 3, "{parked}");
+    let run = parked["runId"].as_str().unwrap().to_string();
+    let ours = quickcell::guest_build();
+    let row = format!(
+        "SELECT state, generation, lease, guest_build, md5(snapshot) FROM runs WHERE run_id = '{run}'"
+    );
+    assert!(psql(&row).contains(ours), "the row names the build");
+    let other = "ab".repeat(32);
+    psql(&format!(
+        "UPDATE runs SET guest_build = '{other}' WHERE run_id = '{run}'"
+    ));
+    let before = psql(&row);
+    let (status, refused) = host(&b, &url, &["wait", &run]);
+    assert_eq!(
+        (status, &refused["code"]),
+        (1, &Value::from("snapshot_incompatible")),
+        "{refused}"
+    );
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "was parked by guest build {other}; this host carries guest build {ours}"
+        )),
+        "{error}"
+    );
+    assert_eq!(psql(&row), before, "the run is untouched");
+    // A host of its build.
+    psql(&format!(
+        "UPDATE runs SET guest_build = '{ours}' WHERE run_id = '{run}'"
+    ));
+    let (status, resumed) = host(&b, &url, &["wait", &run]);
+    assert_eq!(
+        (status, resumed["value"].clone()),
+        (0, Value::from("resumed")),
+        "{resumed}"
+    );
+}
