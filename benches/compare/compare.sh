@@ -43,7 +43,7 @@ for title, pick in [("medians of the per-round medians", statistics.median),
     (qc, qc_bytes), (qw, qw_bytes) = side("quickcell", pick), side("quickjs-wasi", pick)
     print(f"{len(runs) // 2} rounds; {title}")
     print("%-10s %14s %16s %8s" % ("step", "quickcell µs", "quickjs-wasi µs", "ratio"))
-    for step in ["create", "evaluate", "snapshot", "restore", "finish"]:
+    for step in ["create", "evaluate", "snapshot", "restore", "finish", "loop"]:
         a, b = qc[step], qw[step]
         print(f"{step:10} {a:14.1f} {b:16.1f} {b / a:8.2f}x")
     print("%-10s %14d %16d %8.2fx" % ("bytes", qc_bytes, qw_bytes, qw_bytes / qc_bytes))

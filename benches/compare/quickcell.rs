@@ -23,6 +23,8 @@
 //! - `finish` = the tool's answer `{ok: true, n: 42}` is released, then
 //!   `wait` (minus `restore`) delivers it and runs the cell to its value,
 //!   which must be 1042.
+//! - `loop` = `exec` of [`LOOP_CELL`], a 1e6-iteration loop, with fuel
+//!   metering on (quickcell's default): interpreter speed under metering.
 
 use quickcell::testing::last_suspend_stats;
 use quickcell::tools::{async_trait, CancelSignal, Tool, ToolError};
@@ -37,6 +39,10 @@ const pending = slowTool({q: "hi"});
 await yield_control();
 const r = await pending;
 return r.n + big.length;"#;
+
+/// The `loop` step's cell; its value must be [`LOOP_VALUE`].
+const LOOP_CELL: &str = "let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s;";
+const LOOP_VALUE: u64 = 499_999_500_000;
 
 /// Answers `{ok: true, n: 42}` once released.
 struct SlowTool(Arc<Notify>);
@@ -84,7 +90,7 @@ fn main() {
     };
     // Load the engine once (module cache), outside every step.
     rt.block_on(Runtime::builder().build()).unwrap();
-    let mut steps: [Vec<Duration>; 6] = Default::default();
+    let mut steps: [Vec<Duration>; 7] = Default::default();
     let mut snapshot_bytes = 0;
     for _ in 0..iterations {
         rt.block_on(async {
@@ -113,16 +119,20 @@ fn main() {
             steps[3].push(restored.restore);
             steps[4].push(wait_total.saturating_sub(restored.restore));
             steps[5].push(parked_stats.persist);
+            let t = Instant::now();
+            let looped = runtime.exec(ExecInput::new("compare", LOOP_CELL)).await;
+            steps[6].push(t.elapsed());
+            assert_eq!(looped.into_value().unwrap(), json!(LOOP_VALUE));
         });
     }
-    let [create, evaluate, snapshot, restore, finish, persist] = steps.map(median);
+    let [create, evaluate, snapshot, restore, finish, persist, looped] = steps.map(median);
     println!(
         "{}",
         json!({
             "engine": "quickcell",
             "version": env!("CARGO_PKG_VERSION"),
             "iterations": iterations,
-            "median_us": {"create": create, "evaluate": evaluate, "snapshot": snapshot, "restore": restore, "finish": finish},
+            "median_us": {"create": create, "evaluate": evaluate, "snapshot": snapshot, "restore": restore, "finish": finish, "loop": looped},
             "persist_us": persist,
             "snapshot_bytes": snapshot_bytes,
         })

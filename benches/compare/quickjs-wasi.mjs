@@ -36,6 +36,9 @@
 //   with vm.hostToHandle({ ok: true, n: 42 }), vm.executePendingJobs(), then
 //   `await vm.resolvePromise(cellPromise)` to read the result, which must be 1042.
 //   The await adds one host microtask turn to this step.
+// - `loop` = vm.evalCode() of a 1e6-iteration loop in a second, fresh VM
+//   (created outside the step), and reading its number; the same loop as
+//   quickcell's `loop` step, which runs it with fuel metering on.
 // - VM disposal is outside every timed step.
 // - Times come from process.hrtime.bigint(); each step's median over the
 //   iterations is reported, with no separate warm-up run.
@@ -54,7 +57,9 @@ const CELL =
   'const r = await slowTool({q: "hi"}); return r.n + big.length;';
 const WRAPPED = `(async () => {\n${CELL}\n})()`;
 const EXPECTED = 1042;
-const STEPS = ['create', 'evaluate', 'snapshot', 'restore', 'finish'];
+const LOOP = '(() => { let s = 0; for (let i = 0; i < 1e6; i++) s += i; return s; })()';
+const LOOP_VALUE = 499999500000;
+const STEPS = ['create', 'evaluate', 'snapshot', 'restore', 'finish', 'loop'];
 
 const iterations = Number.parseInt(process.env.ITERATIONS ?? '50', 10);
 if (!Number.isInteger(iterations) || iterations < 1) {
@@ -157,6 +162,18 @@ async function runOnce() {
   resolve.dispose();
   cell.dispose();
   vm2.dispose();
+
+  // loop: a fresh VM runs the 1e6-iteration loop
+  const vm3 = await QuickJS.create({ wasm: wasmModule });
+  t0 = process.hrtime.bigint();
+  const looped = vm3.evalCode(LOOP, '<loop>');
+  const loopValue = vm3.dump(looped);
+  t.loop = process.hrtime.bigint() - t0;
+  looped.dispose();
+  vm3.dispose();
+  if (loopValue !== LOOP_VALUE) {
+    throw new Error(`the loop returned ${JSON.stringify(loopValue)}, expected ${LOOP_VALUE}`);
+  }
 
   return { times: t, snapshotBytes: bytes.length };
 }
