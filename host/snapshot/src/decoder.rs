@@ -88,6 +88,13 @@ impl<'a> Reader<'a> {
 /// [`SnapshotError::Truncated`], [`SnapshotError::BadMagic`] or
 /// [`SnapshotError::UnknownVersion`].
 pub fn guest_build(bytes: &[u8]) -> Result<[u8; 32], SnapshotError> {
+    let mut header = read_magic_and_version(bytes)?;
+    header.at = GUEST_BUILD_AT;
+    header.array::<32>()
+}
+
+/// A reader past the header's magic and format version, both checked.
+fn read_magic_and_version(bytes: &[u8]) -> Result<Reader<'_>, SnapshotError> {
     let mut header = Reader { data: bytes, at: 0 };
     if header.array::<8>()? != *MAGIC {
         return Err(SnapshotError::BadMagic);
@@ -96,8 +103,7 @@ pub fn guest_build(bytes: &[u8]) -> Result<[u8; 32], SnapshotError> {
     if version != FORMAT_VERSION {
         return Err(SnapshotError::UnknownVersion(version));
     }
-    header.at = GUEST_BUILD_AT;
-    header.array::<32>()
+    Ok(header)
 }
 
 /// Decodes and verifies a snapshot taken from the guest `guest_hash`, whose
@@ -115,14 +121,7 @@ pub fn decode(
             SnapshotError::BadMagic
         });
     }
-    let mut header = Reader { data: bytes, at: 0 };
-    if header.array::<8>()? != *MAGIC {
-        return Err(SnapshotError::BadMagic);
-    }
-    let version = header.u32()?;
-    if version != FORMAT_VERSION {
-        return Err(SnapshotError::UnknownVersion(version));
-    }
+    let mut header = read_magic_and_version(bytes)?;
     if header.array::<32>()? != guest_hash {
         return Err(SnapshotError::ForeignGuest);
     }
