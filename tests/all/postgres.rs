@@ -216,17 +216,7 @@ fn snapshots_are_authenticated_by_the_state_key() {
     let run = park(&theirs);
     refused(&ours, &run);
     // Altered in the database.
-    let psql = |sql: &str| {
-        let out = Command::new("psql")
-            .args([url.as_str(), "-qAtc", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let psql = |sql: &str| psql_at(&url, sql);
     let run = park(&ours);
     // Byte 40 flipped (XOR 0xff): always a change.
     psql(&format!(
@@ -704,18 +694,7 @@ fn recorded_settlements_are_sealed() {
     let key = key_file("sealed");
     let counter = counter_file();
     let a = counting_host(300, &counter, 1, false);
-    let psql = |sql: &str| {
-        let out = Command::new("psql")
-            .args([url.as_str(), "-qAtc", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let psql = |sql: &str| psql_at(&url, sql);
     let code = "try { return await count_nap({secret: 'tenant-secret-42'}); } catch (e) { return e.message; }";
     let mut parked_ids = Vec::new();
     for _ in 0..2 {
@@ -1003,18 +982,7 @@ fn a_2026_07_28_run_parked_on_one_host_resumes_on_another_for_its_principal_only
 fn a_run_of_another_guest_build_stays_parked_for_a_host_of_its_build() {
     let url = quickcell::testing::postgres_database();
     let (a, b) = (workdir(), workdir());
-    let psql = |sql: &str| {
-        let out = Command::new("psql")
-            .args([url.as_str(), "-qAtc", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let psql = |sql: &str| psql_at(&url, sql);
     let (status, parked) = host(
         &a,
         &url,
@@ -1056,4 +1024,19 @@ fn a_run_of_another_guest_build_stays_parked_for_a_host_of_its_build() {
         (0, Value::from("resumed")),
         "{resumed}"
     );
+}
+
+/// Runs one SQL statement with `psql` against `url` and returns its
+/// unaligned, trimmed output; a failing statement fails the test.
+fn psql_at(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-qAtc", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
