@@ -291,9 +291,9 @@ const UPGRADING: &str = "README.md, \"Upgrading with runs parked\"";
 
 /// The `snapshot_incompatible` failure of a `wait` on `run_id`, parked by
 /// guest build `parked` (`None`: not named, a snapshot format from before
-/// builds were named) when this host refused it: at the claim (`why`
-/// `None`: the run's record names another build) or at decoding. The run
-/// stays parked.
+/// builds were named) when this host refused it: at the claim (the run's
+/// record names another build; `why` is then `ForeignGuest`) or at
+/// decoding (`why` is the decoder's refusal). The run stays parked.
 pub(crate) fn incompatible(
     run_id: &str,
     parked: Option<&str>,
