@@ -142,6 +142,16 @@ pub(crate) const POOL_MAX_MEMORY_BYTES: usize = 1536 << 20;
 /// exists (Linux 6.7 and later); elsewhere every page is released.
 pub(crate) const KEEP_RESIDENT_BYTES: usize = 8 << 20;
 
+/// Bytes of a released instance's function table that stay resident in its
+/// pool slot, as [`KEEP_RESIDENT_BYTES`] for its memory: the table pages an
+/// instance wrote (its funcref elements, set as the guest first calls
+/// through them) are zeroed with `memset` instead of released with
+/// `madvise`, so the next instance in the slot takes no page faults and the
+/// release no TLB shootdown across cores. The guest's one table is
+/// smaller than this; per slot that has been used, at most
+/// [`POOL_INSTANCES`] × this in all (16 MiB).
+pub(crate) const TABLE_KEEP_RESIDENT_BYTES: usize = 64 << 10;
+
 /// Most image pages a fresh cell pre-faults ([`SharedEngine::hot_pages`]):
 /// 1 MiB. A first cell that dirtied more teaches nothing.
 pub(crate) const MAX_HOT_PAGES: usize = 256;
@@ -401,7 +411,8 @@ fn engine_config() -> Config {
     // addresses, copied back whether dirtied or not: slower than `madvise`.
     if PoolingAllocationConfig::is_pagemap_scan_available() {
         pool.pagemap_scan(wasmtime::Enabled::Yes)
-            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES);
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
     }
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
