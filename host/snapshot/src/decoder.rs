@@ -4,8 +4,8 @@
 
 use crate::format::{
     corrupt, SnapshotError, FORMAT_VERSION, GUEST_BUILD_AT, HEADER_BYTES, HEAD_BYTES_PER_PAGE,
-    HEAD_FIXED_BYTES, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES,
-    WASM_PAGE_BYTES,
+    HEAD_FIXED_BYTES, IN_PLACE_FORMAT_VERSION, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
+    MAX_PAGE_DATA_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
 };
 use crate::frames::{decompress_frame, next_frame, with_dctx};
 
@@ -31,6 +31,9 @@ pub struct Snapshot<'a> {
     /// The compressed delta frames, each with its page count, in page
     /// order.
     pub(crate) frames: Vec<(&'a [u8], usize)>,
+    /// Whether image pages of layout 0 hold their changed words (format
+    /// 6) rather than whole deltas in place (format 5).
+    pub(crate) sparse: bool,
 }
 
 impl Snapshot<'_> {
@@ -100,7 +103,7 @@ fn read_magic_and_version(bytes: &[u8]) -> Result<Reader<'_>, SnapshotError> {
         return Err(SnapshotError::BadMagic);
     }
     let version = header.u32()?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != IN_PLACE_FORMAT_VERSION {
         return Err(SnapshotError::UnknownVersion(version));
     }
     Ok(header)
@@ -122,6 +125,7 @@ pub fn decode(
         });
     }
     let mut header = read_magic_and_version(bytes)?;
+    let sparse = bytes[8..12] != IN_PLACE_FORMAT_VERSION.to_le_bytes();
     if header.array::<32>()? != guest_hash {
         return Err(SnapshotError::ForeignGuest);
     }
@@ -184,20 +188,31 @@ pub fn decode(
     if r.at != head.len() {
         return Err(corrupt("the head has trailing bytes"));
     }
+    // The encoder cuts the pages into frames of PAGES_PER_FRAME, the last
+    // one shorter. A format-5 frame is exactly its pages' deltas; a
+    // format-6 frame's sparse pages take less (checked exactly on apply),
+    // never more than MAX_PAGE_DATA_BYTES each.
     let mut frames = Vec::with_capacity(count.div_ceil(PAGES_PER_FRAME));
     let mut covered = 0usize;
     while !rest.is_empty() {
         let (frame, size, after) = next_frame(rest)?;
-        let pages = usize::try_from(size / PAGE_BYTES as u64).unwrap_or(usize::MAX);
-        if size % PAGE_BYTES as u64 != 0 || pages == 0 || pages > count - covered {
-            return Err(corrupt("page data does not match the page count"));
-        }
-        // The encoder never writes more; a restore's lane buffer is sized
-        // by the frame.
-        if pages > PAGES_PER_FRAME {
-            return Err(corrupt(format!(
-                "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
-            )));
+        let pages = (count - covered).min(PAGES_PER_FRAME);
+        let fits = if sparse {
+            size <= (pages * MAX_PAGE_DATA_BYTES) as u64
+        } else {
+            size == (pages * PAGE_BYTES) as u64
+        };
+        if pages == 0 || !fits {
+            return Err(corrupt(
+                if size > (PAGES_PER_FRAME * MAX_PAGE_DATA_BYTES) as u64 {
+                    format!(
+                    "a frame states {size} bytes; at most {} ({PAGES_PER_FRAME} pages) are allowed",
+                    PAGES_PER_FRAME * MAX_PAGE_DATA_BYTES
+                )
+                } else {
+                    "page data does not match the page count".to_string()
+                },
+            ));
         }
         covered += pages;
         frames.push((frame, pages));
@@ -214,5 +229,6 @@ pub fn decode(
         page_indexes,
         page_units,
         frames,
+        sparse,
     })
 }

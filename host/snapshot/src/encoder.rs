@@ -1,6 +1,6 @@
-//! Taking a snapshot: a [`Checkpoint`]'s changed pages, their deltas laid
-//! out per frame (in place, in lanes, with block strides) and compressed,
-//! behind the header.
+//! Taking a snapshot: a [`Checkpoint`]'s changed pages, laid out per frame
+//! (as changed words, in lanes, with block strides) and compressed, behind
+//! the header.
 
 use crate::format::{
     SnapshotError, FORMAT_VERSION, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES,
@@ -9,7 +9,7 @@ use crate::format::{
 };
 use crate::frames::{compress_into, with_compressor, Compressor};
 use crate::lanes::{page_words, split_page, stride_words, PAGE_WORDS};
-use crate::pages::{changed_pages, image_page, inside_image, xor_into};
+use crate::pages::{changed_pages, image_page, inside_image};
 use crate::pool::run_parallel;
 use std::ops::Range;
 
@@ -146,11 +146,12 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     })
 }
 
-/// Compresses the XOR deltas of the pages `indexes` of `c` as one frame:
-/// those of the pages inside the image in place, then those beyond it
-/// split into lanes ([`LANE_WIDTH`]). One-shot over one buffer: zstd's
-/// streaming mode copies its input into a window and, fed page by page,
-/// takes its slower external-dictionary path.
+/// Compresses the pages `indexes` of `c` as one frame: the image pages as
+/// their changed words ([`sparse_section`]), or, when their deltas are
+/// dense, as XOR deltas in lanes with the pages beyond the image
+/// ([`LANE_WIDTH`]). One-shot over one buffer: zstd's streaming mode
+/// copies its input into a window and, fed page by page, takes its slower
+/// external-dictionary path.
 ///
 /// [`LANE_WIDTH`]: crate::lanes::LANE_WIDTH
 fn compress_frame(
@@ -158,29 +159,22 @@ fn compress_frame(
     c: &Checkpoint<'_>,
     indexes: &[u32],
 ) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-    let bytes = indexes.len() * PAGE_BYTES;
-    // Every byte is written below.
-    z.content.resize(bytes, 0);
-    z.content.truncate(bytes);
     let inside = inside_image(indexes, c.image.len());
     let mut units = vec![0u8; indexes.len()];
-    let in_place = if dense_deltas(c, &indexes[..inside]) {
+    let sparse = if dense_deltas(c, &indexes[..inside]) {
         units[..inside].fill(IMAGE_PAGE_IN_LANES);
         0
     } else {
         inside
     };
-    let (deltas, lanes) = z.content.split_at_mut(in_place * PAGE_BYTES);
-    for (delta, &index) in deltas.chunks_exact_mut(PAGE_BYTES).zip(indexes) {
-        let start = index as usize * PAGE_BYTES;
-        xor_into(
-            delta,
-            &c.memory[start..start + PAGE_BYTES],
-            image_page(c.image, start),
-        );
-    }
-    for (slot, &index) in indexes[in_place..].iter().enumerate() {
-        let at = in_place + slot;
+    sparse_section(&mut z.content, c, &indexes[..sparse]);
+    let lanes_at = z.content.len();
+    let bytes = lanes_at + (indexes.len() - sparse) * PAGE_BYTES;
+    // Every byte of the lanes is written below.
+    z.content.resize(bytes, 0);
+    let lanes = &mut z.content[lanes_at..];
+    for (slot, &index) in indexes[sparse..].iter().enumerate() {
+        let at = sparse + slot;
         if at < inside {
             split_page(&delta_words(c, index), lanes, slot, 0);
         } else {
@@ -192,6 +186,42 @@ fn compress_frame(
         }
     }
     Ok((compress_into(&mut z.cctx, &mut z.out, &z.content)?, units))
+}
+
+/// Writes into `out` (replacing what it held) the changed words of the
+/// image pages `indexes`: the number of each page's changed words (`u16`
+/// each), then each changed word's position as the words skipped since the
+/// previous changed word of its page (or the page's start) — all low
+/// bytes, then all high bytes — then the changed words' new values (`u32`
+/// each), all little endian and in page order. A cell that parks without
+/// collecting changes a few words of each page it touched: stored thus,
+/// a restore writes just those words instead of XORing whole pages, and
+/// the new values (pointers, small integers) compress better than their
+/// XOR with the old (measured on the one-tool cell: 4,205 → 2,850 bytes
+/// of compressed page data).
+fn sparse_section(out: &mut Vec<u8>, c: &Checkpoint<'_>, indexes: &[u32]) {
+    out.clear();
+    let mut skips = Vec::new();
+    let mut values = Vec::new();
+    for &index in indexes {
+        let start = index as usize * PAGE_BYTES;
+        let now = page_words(&c.memory[start..start + PAGE_BYTES]);
+        let base = page_words(image_page(c.image, start));
+        let mut count = 0u16;
+        let mut next = 0;
+        for (i, (&word, &old)) in now.iter().zip(&base).enumerate() {
+            if word != old {
+                skips.push((i - next) as u16);
+                values.push(word);
+                next = i + 1;
+                count += 1;
+            }
+        }
+        out.extend_from_slice(&count.to_le_bytes());
+    }
+    out.extend(skips.iter().map(|&skip| skip as u8));
+    out.extend(skips.iter().map(|&skip| (skip >> 8) as u8));
+    out.extend(values.iter().flat_map(|value| value.to_le_bytes()));
 }
 
 /// Whether the XOR deltas of the image pages `indexes` have a nonzero word

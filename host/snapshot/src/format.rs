@@ -3,10 +3,20 @@
 
 /// Version of the format written by [`encode`] (2: page deltas in
 /// independent frames; 3: each frame's deltas split into byte lanes; 4:
-/// block strides; 5: the header names the guest build).
+/// block strides; 5: the header names the guest build; 6: sparse image
+/// pages stored as their changed words). [`decode`] also reads
+/// [`IN_PLACE_FORMAT_VERSION`].
 ///
 /// [`encode`]: crate::encode
-pub const FORMAT_VERSION: u32 = 5;
+/// [`decode`]: crate::decode
+pub const FORMAT_VERSION: u32 = 6;
+
+/// The older version [`decode`] still reads: format 5, whose sparse image
+/// pages are whole XOR deltas in place. Snapshots parked by a quickcell of
+/// that format with the same guest resume after an upgrade.
+///
+/// [`decode`]: crate::decode
+pub const IN_PLACE_FORMAT_VERSION: u32 = 5;
 
 /// Granularity of the memory diff, in bytes.
 pub const PAGE_BYTES: usize = 4096;
@@ -62,11 +72,21 @@ pub(crate) const HEAD_FIXED_BYTES: usize = 8 + 4 + 4;
 pub(crate) const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
 
 /// The per-page layout byte of an image page whose delta is stored in
-/// lanes (0: in place). For a page beyond the image the byte is its block
-/// stride ([`Checkpoint::block_units`]).
+/// lanes (0: as its changed words; in format 5, in place). For a page
+/// beyond the image the byte is its block stride
+/// ([`Checkpoint::block_units`]).
 ///
 /// [`Checkpoint::block_units`]: crate::Checkpoint::block_units
 pub(crate) const IMAGE_PAGE_IN_LANES: u8 = 1;
+
+/// Most bytes one page's data takes in a frame: a sparse image page with
+/// every word changed (a 2-byte count, then 2 bytes of position and 4 of
+/// value per word). Bounds what [`decode`] accepts as a frame's stated
+/// size, and so the restore's per-thread buffers: at most
+/// [`PAGES_PER_FRAME`] × this (3 MiB).
+///
+/// [`decode`]: crate::decode
+pub(crate) const MAX_PAGE_DATA_BYTES: usize = 2 + 6 * (PAGE_BYTES / 4);
 
 /// Why a snapshot could not be taken or read.
 #[derive(Debug, Clone, PartialEq, Eq)]

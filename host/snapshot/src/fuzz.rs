@@ -165,9 +165,11 @@ fn decode_allocation_bound(max_memory_bytes: usize) -> usize {
     3 * max_head + (64 << 10)
 }
 
-/// The most a restore may allocate: one frame's lanes (this thread's
-/// buffer; it is kept, so it counts once) and the job list.
-const APPLY_ALLOCATION_BOUND: usize = PAGES_PER_FRAME * PAGE_BYTES + (64 << 10);
+/// The most a restore may allocate: one frame's lanes and one frame's
+/// sparse section (this thread's buffers; they are kept, so each counts
+/// once) and the job list.
+const APPLY_ALLOCATION_BOUND: usize =
+    PAGES_PER_FRAME * (PAGE_BYTES + crate::format::MAX_PAGE_DATA_BYTES) + (64 << 10);
 
 /// The most this thread's zstd context may hold: its window and buffers
 /// for one frame of pages, or, for the head, the head (decompressed in one

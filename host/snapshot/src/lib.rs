@@ -60,21 +60,27 @@
 //! into independent frames of at most [`PAGES_PER_FRAME`] pages, so that
 //! large snapshots are compressed and restored on several cores at once
 //! (at most [`MAX_CODEC_THREADS`]). Every frame states its decompressed
-//! size.
+//! size; frame `k` holds pages `k·PAGES_PER_FRAME ..` of the head's list.
 //!
-//! A frame's content is first the deltas, in place, of its image pages
-//! whose layout byte is 0, one after the other; then the deltas of all its
-//! other pages split into four lanes: seen as `n` little-endian 4-byte
+//! A frame's content is first its image pages whose layout byte is 0,
+//! as their changed words: the number of each such page's changed words
+//! (u16 each), then each changed word's position as the words skipped
+//! since the previous changed word of its page or the page's start (u16
+//! each, all low bytes and then all high bytes), then the changed words'
+//! new values (u32 each). Then the deltas of all its other pages split into
+//! four lanes: seen as `n` little-endian 4-byte
 //! words, lane `k` (`k·n .. (k+1)·n` of that part) holds byte `k` of every
 //! word, in order. Memory full of 32-bit pointers and NaN-boxed values
 //! repeats its high bytes; grouped by position they compress ~2.5×
 //! smaller, and zstd gets through them ~1.8× faster, than in place.
 //!
-//! - An image page's layout byte says where its delta is: 0 in place, 1 in
-//!   the lanes. The encoder puts a frame's image pages in the lanes when
-//!   their deltas are dense (one word in eight or more differs: a garbage
-//!   collection relinked the runtime's objects); sparse deltas compress
-//!   smaller in place.
+//! - An image page's layout byte says where its delta is: 0 as changed
+//!   words, 1 in the lanes. The encoder puts a frame's image pages in the
+//!   lanes when their deltas are dense (one word in eight or more differs:
+//!   a garbage collection relinked the runtime's objects); sparse ones are
+//!   smaller, and restore faster, as changed words. Format 5
+//!   ([`IN_PLACE_FORMAT_VERSION`], still read) stored them as whole XOR
+//!   deltas in place, 4 KiB each.
 //! - A page beyond the image (the heap the cell grew) is its own delta,
 //!   and its layout byte is a block stride `s` in [`BLOCK_UNIT_BYTES`]:
 //!   when `s > 0`, each word from word `w = 4s` on is stored minus the
@@ -106,10 +112,11 @@
 //! ceiling; and the work is linear in the snapshot and the memory it
 //! restores.
 //!
-//! Restoring XORs each frame's deltas into the target memory (a fresh
-//! instance's: the image, zeros beyond it): those in place page by page,
-//! the lanes through a per-thread buffer of at most one frame (2 MiB),
-//! then adds back each strided page's earlier words.
+//! Restoring writes each frame into the target memory (a fresh
+//! instance's: the image, zeros beyond it): the changed words through a
+//! per-thread buffer of at most 3 MiB (a frame of pages with every word
+//! changed), the lanes through one of at most one frame (2 MiB), XORed
+//! in, then adds back each strided page's earlier words.
 //! Nothing of the size of the memory is allocated on the way.
 
 /// The README's examples, run as doc tests so that they stay true.
@@ -131,8 +138,8 @@ mod restore;
 pub use decoder::{decode, guest_build, Snapshot};
 pub use encoder::{encode, Checkpoint, Encoded};
 pub use format::{
-    SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
-    PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+    SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, IN_PLACE_FORMAT_VERSION, MAX_HOST_STATE_BYTES,
+    MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
 };
 pub use pages::{changed_image_runs, prefault};
 pub use pool::{MAX_CODEC_THREADS, PARALLEL_PAYLOAD_BYTES};

@@ -10,20 +10,7 @@ pub(crate) fn image_page(image: &[u8], start: usize) -> &[u8] {
     image.get(start..start + PAGE_BYTES).unwrap_or(&ZERO_PAGE)
 }
 
-/// `out = a XOR b`, a word at a time.
-pub(crate) fn xor_into(out: &mut [u8], a: &[u8], b: &[u8]) {
-    for ((o, x), y) in out
-        .chunks_exact_mut(8)
-        .zip(a.chunks_exact(8))
-        .zip(b.chunks_exact(8))
-    {
-        let v =
-            u64::from_ne_bytes(x.try_into().unwrap()) ^ u64::from_ne_bytes(y.try_into().unwrap());
-        o.copy_from_slice(&v.to_ne_bytes());
-    }
-}
-
-/// `out ^= delta`, a word at a time.
+/// `out ^= delta`, a word at a time (format 5's in-place deltas).
 pub(crate) fn xor_in_place(out: &mut [u8], delta: &[u8]) {
     for (m, d) in out.chunks_exact_mut(8).zip(delta.chunks_exact(8)) {
         let v = u64::from_ne_bytes((&*m).try_into().unwrap())

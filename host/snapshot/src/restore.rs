@@ -1,10 +1,11 @@
-//! Restoring a decoded [`Snapshot`]: each frame's deltas decompressed and
-//! XORed into a fresh instance's memory, on the codec pool when large.
+//! Restoring a decoded [`Snapshot`]: each frame decompressed into a fresh
+//! instance's memory (changed words written, deltas XORed in), on the
+//! codec pool when large.
 
 use crate::decoder::Snapshot;
-use crate::format::{SnapshotError, PAGE_BYTES};
+use crate::format::{corrupt, SnapshotError, PAGE_BYTES};
 use crate::frames::{fill, finish_frame, reset, with_dctx};
-use crate::lanes::{join_page, stride_words};
+use crate::lanes::{join_page, stride_words, PAGE_WORDS};
 use crate::pages::{inside_image, prefault, run_end, xor_in_place};
 use crate::pool::run_parallel;
 
@@ -52,6 +53,7 @@ impl Snapshot<'_> {
                 units: my_units,
                 memory: region,
                 base: start,
+                sparse: self.sparse,
             });
         }
         run_parallel(jobs, self.page_indexes.len() * PAGE_BYTES, |job| {
@@ -66,6 +68,10 @@ thread_local! {
     /// A frame's decompressed lanes, kept per thread (at most one frame,
     /// 2 MiB) so that a restore takes no page faults on fresh buffers.
     static LANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A frame's sparse section, kept likewise (at most
+    /// `PAGES_PER_FRAME × MAX_PAGE_DATA_BYTES`, 3 MiB; a one-tool cell's
+    /// is ~7 KB).
+    static SPARSE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// One frame's restore: its compressed bytes, its pages, and the part of
@@ -77,17 +83,19 @@ struct FrameJob<'s, 'm> {
     units: &'s [u8],
     memory: &'m mut [u8],
     base: usize,
+    /// [`Snapshot::sparse`].
+    sparse: bool,
 }
 
 impl FrameJob<'_, '_> {
-    /// Decompresses the frame into memory: each page inside the image
-    /// (`image_bytes`) through a 4 KiB scratch and XORed in, then the lanes
-    /// of those beyond it into this thread's lane buffer, joined into the
-    /// fresh (zero) pages.
+    /// Decompresses the frame into memory: the image pages stored as their
+    /// changed words written in (format 5: each one's delta through a
+    /// 4 KiB scratch, XORed in), then the lanes of the others into this
+    /// thread's lane buffer, joined into their pages.
     fn run(mut self, image_bytes: usize) -> Result<(), SnapshotError> {
         self.prefault();
         let inside = inside_image(self.pages, image_bytes);
-        // Image pages stored in place come first; the rest are in lanes.
+        // Image pages of layout 0 come first; the rest are in lanes.
         let in_place = self.units[..inside]
             .iter()
             .take_while(|&&layout| layout == 0)
@@ -97,11 +105,15 @@ impl FrameJob<'_, '_> {
             reset(dctx)?;
             let mut input = zstd::zstd_safe::InBuffer::around(self.frame);
             let mut ended = false;
-            let mut delta = [0u8; PAGE_BYTES];
-            for &index in deltas {
-                ended = fill(dctx, &mut input, &mut delta)?;
-                let at = index as usize * PAGE_BYTES - self.base;
-                xor_in_place(&mut self.memory[at..at + PAGE_BYTES], &delta);
+            if self.sparse && !deltas.is_empty() {
+                ended = self.write_changed_words(dctx, &mut input, deltas)?;
+            } else {
+                let mut delta = [0u8; PAGE_BYTES];
+                for &index in deltas {
+                    ended = fill(dctx, &mut input, &mut delta)?;
+                    let at = index as usize * PAGE_BYTES - self.base;
+                    xor_in_place(&mut self.memory[at..at + PAGE_BYTES], &delta);
+                }
             }
             if !beyond.is_empty() {
                 LANES.with(|cell| {
@@ -133,6 +145,63 @@ impl FrameJob<'_, '_> {
 }
 
 impl FrameJob<'_, '_> {
+    /// Reads the sparse section of the image pages `pages` (see the
+    /// encoder's `sparse_section`) and writes each changed word into its
+    /// page. Returns whether the frame ended with it.
+    fn write_changed_words(
+        &mut self,
+        dctx: &mut zstd::zstd_safe::DCtx<'static>,
+        input: &mut zstd::zstd_safe::InBuffer<'_>,
+        pages: &[u32],
+    ) -> Result<bool, SnapshotError> {
+        SPARSE.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let counts_len = 2 * pages.len();
+            if scratch.len() < counts_len {
+                scratch.resize(counts_len, 0);
+            }
+            let mut ended = fill(dctx, input, &mut scratch[..counts_len])?;
+            let mut words = 0usize;
+            for count in scratch[..counts_len].chunks_exact(2) {
+                let count = usize::from(u16::from_le_bytes([count[0], count[1]]));
+                if count > PAGE_WORDS {
+                    return Err(corrupt(format!(
+                        "a page states {count} changed words; a page has {PAGE_WORDS}"
+                    )));
+                }
+                words += count;
+            }
+            let section = counts_len + 6 * words;
+            if scratch.len() < section {
+                scratch.resize(section, 0);
+            }
+            if words > 0 {
+                ended = fill(dctx, input, &mut scratch[counts_len..section])?;
+            }
+            let (counts, rest) = scratch[..section].split_at(counts_len);
+            let (low, rest) = rest.split_at(words);
+            let (high, values) = rest.split_at(words);
+            let mut k = 0;
+            for (&index, count) in pages.iter().zip(counts.chunks_exact(2)) {
+                let at = index as usize * PAGE_BYTES - self.base;
+                let page = &mut self.memory[at..at + PAGE_BYTES];
+                let mut next = 0usize;
+                for _ in 0..u16::from_le_bytes([count[0], count[1]]) {
+                    let word = next + (usize::from(high[k]) << 8 | usize::from(low[k]));
+                    if word >= PAGE_WORDS {
+                        return Err(corrupt(format!(
+                            "a changed word lies past its page (word {word})"
+                        )));
+                    }
+                    page[word * 4..word * 4 + 4].copy_from_slice(&values[k * 4..k * 4 + 4]);
+                    next = word + 1;
+                    k += 1;
+                }
+            }
+            Ok(ended)
+        })
+    }
+
     /// Makes the frame's pages writable with one [`prefault`] per run of
     /// consecutive pages: restores a small snapshot ~35% faster than a
     /// copy-on-write fault per page.

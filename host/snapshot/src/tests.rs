@@ -1,14 +1,16 @@
 //! Tests of the codec as a whole: round trips, and snapshots damaged or
 //! forged to break each of the checks [`decode`] makes.
 
-use crate::format::{corrupt, HEADER_BYTES, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES};
+use crate::format::{
+    corrupt, HEADER_BYTES, HEAD_FIXED_BYTES, IMAGE_PAGE_IN_LANES, MAX_PAGE_DATA_BYTES,
+};
 use crate::frames::{next_frame, ZSTD_FRAME_MAGIC};
 #[cfg(target_os = "linux")]
 use crate::pagemap;
 use crate::pages::{changed_pages, inside_image};
 use crate::{
-    decode, encode, fuzz, Checkpoint, SnapshotError, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
-    PAGES_PER_FRAME, PAGE_BYTES, PARALLEL_PAYLOAD_BYTES, WASM_PAGE_BYTES,
+    decode, encode, fuzz, Checkpoint, SnapshotError, FORMAT_VERSION, MAX_HOST_STATE_BYTES,
+    MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PARALLEL_PAYLOAD_BYTES, WASM_PAGE_BYTES,
 };
 use std::ops::Range;
 
@@ -213,7 +215,7 @@ fn sparse_changes_compress_far_below_their_pages() {
     let bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
     assert!(bytes.len() < 64 * PAGE_BYTES / 20, "{} bytes", bytes.len());
     let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
-    // Sparse deltas are stored in place.
+    // Sparse pages are stored as their changed words.
     assert!(snap.page_units.iter().all(|&layout| layout == 0));
     let mut restored = image.clone();
     snap.apply(&mut restored, image.len()).unwrap();
@@ -609,11 +611,28 @@ fn a_frame_of_more_than_pages_per_frame_pages_is_refused() {
     let ok = decode(&bytes, GUEST, 1 << 30).unwrap();
     let mut restored = vec![0u8; memory as usize];
     ok.apply(&mut restored, 0).unwrap();
-    // Violated: all of them in one frame.
+    // Violated: all of them in one frame (the first frame holds the first
+    // PAGES_PER_FRAME pages, and the second is missing).
     assert_eq!(
         decode(&with_frames(&[pages]), GUEST, 1 << 30).unwrap_err(),
+        corrupt("page data does not match the page count")
+    );
+    // Violated: a frame stating more than any PAGES_PER_FRAME pages take.
+    let most = PAGES_PER_FRAME * MAX_PAGE_DATA_BYTES;
+    let mut v = fuzz::frame(&fuzz::head(
+        memory,
+        0,
+        b"",
+        pages as u32,
+        &indexes,
+        &vec![0; pages],
+    ));
+    v.extend_from_slice(&frame_claiming(most as u64 + 1));
+    assert_eq!(
+        decode(&fuzz::seal(&v), GUEST, 1 << 30).unwrap_err(),
         corrupt(format!(
-            "a frame holds {pages} pages; at most {PAGES_PER_FRAME} are allowed"
+            "a frame states {} bytes; at most {most} ({PAGES_PER_FRAME} pages) are allowed",
+            most + 1
         ))
     );
     // The encoder's frames are never larger.
@@ -679,4 +698,137 @@ fn every_flipped_byte_is_an_error_or_a_checksum_mismatch() {
             }
         }
     }
+}
+
+/// The memory and image `fixtures/format-5.qcsnap` was taken of (by the
+/// format-5 encoder, with [`checkpoint`] and 32-byte block hints): sparse
+/// changes in two image pages, and a grown page of 32-byte records.
+fn format_5_sample() -> (Vec<u8>, Vec<u8>) {
+    let mut x = 0x9E37_79B9u32;
+    let image: Vec<u8> = (0..2 * WASM_PAGE_BYTES)
+        .map(|_| {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 24) as u8
+        })
+        .collect();
+    let mut memory = image.clone();
+    memory.resize(3 * WASM_PAGE_BYTES, 0);
+    for (at, value) in [
+        (8usize, 0xDEAD_BEEFu32),
+        (4096 * 5 + 400, 7),
+        (4096 * 5 + 404, 8),
+        (4096 * 31 + 4092, 1),
+    ] {
+        memory[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    for (i, record) in memory[2 * WASM_PAGE_BYTES..2 * WASM_PAGE_BYTES + 8192]
+        .chunks_exact_mut(32)
+        .enumerate()
+    {
+        record[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        record[4..8].copy_from_slice(&0xFFF8_0001u32.to_le_bytes());
+    }
+    (image, memory)
+}
+
+/// Obeyed: a snapshot of the format before (5, sparse pages in place) of
+/// the same guest still restores exactly. Violated: any other version is
+/// refused by name.
+#[test]
+fn a_format_5_snapshot_still_restores_and_other_versions_are_refused() {
+    let (image, memory) = format_5_sample();
+    let bytes = include_bytes!("../fixtures/format-5.qcsnap");
+    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
+    let snap = decode(bytes, GUEST, 1 << 30).unwrap();
+    assert!(!snap.sparse);
+    assert_eq!(crate::guest_build(bytes), Ok(BUILD));
+    let mut restored = image.clone();
+    restored.resize(memory.len(), 0);
+    snap.apply(&mut restored, image.len()).unwrap();
+    assert!(restored == memory);
+    // This build writes format 6, and restores it to the same memory.
+    let mut c = checkpoint(&memory, &image, 0..0);
+    let units = [2u8; 3];
+    c.block_units = &units;
+    let now = encode(&c).unwrap().bytes;
+    assert_eq!(now[8..12], FORMAT_VERSION.to_le_bytes());
+    assert_eq!(FORMAT_VERSION, 6);
+    let mut again = image.clone();
+    again.resize(memory.len(), 0);
+    decode(&now, GUEST, 1 << 30)
+        .unwrap()
+        .apply(&mut again, image.len())
+        .unwrap();
+    assert!(again == memory);
+    for version in [4u32, 7] {
+        let mut v = bytes.to_vec();
+        v[8..12].copy_from_slice(&version.to_le_bytes());
+        assert_eq!(
+            decode(&v, GUEST, 1 << 30).unwrap_err(),
+            SnapshotError::UnknownVersion(version)
+        );
+        assert_eq!(
+            crate::guest_build(&v),
+            Err(SnapshotError::UnknownVersion(version))
+        );
+    }
+}
+
+/// A one-page snapshot of a 64 KiB image whose page 0 is stored as the
+/// sparse section `section`.
+fn sparse_page_snapshot(section: &[u8]) -> Vec<u8> {
+    let mut v = fuzz::frame(&fuzz::head(WASM_PAGE_BYTES as u64, 0, b"", 1, &[0], &[0]));
+    v.extend_from_slice(&fuzz::frame(section));
+    fuzz::seal(&v)
+}
+
+/// Writes `section` as page 0's changed words onto an image of 7s.
+fn apply_sparse(section: &[u8]) -> Result<Vec<u8>, SnapshotError> {
+    let bytes = sparse_page_snapshot(section);
+    let snap = decode(&bytes, GUEST, 1 << 30)?;
+    let mut memory = vec![7u8; WASM_PAGE_BYTES];
+    snap.apply(&mut memory, WASM_PAGE_BYTES).map(|()| memory)
+}
+
+/// A sparse section: a page's count, its words' skips (low bytes, then
+/// high bytes) and their values.
+fn section(count: u16, skips: &[u16], values: &[u32]) -> Vec<u8> {
+    let mut s = count.to_le_bytes().to_vec();
+    s.extend(skips.iter().map(|&k| k as u8));
+    s.extend(skips.iter().map(|&k| (k >> 8) as u8));
+    s.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    s
+}
+
+#[test]
+fn changed_words_are_written_where_they_lie_and_none_past_its_page() {
+    // Obeyed: words 3 and 1023 (skips 3 and 1019), the last word of the
+    // page.
+    let memory = apply_sparse(&section(2, &[3, 1019], &[0xAABB_CCDD, 9])).unwrap();
+    let mut expected = vec![7u8; WASM_PAGE_BYTES];
+    expected[12..16].copy_from_slice(&0xAABB_CCDDu32.to_le_bytes());
+    expected[4092..4096].copy_from_slice(&9u32.to_le_bytes());
+    assert!(memory == expected);
+    // Violated: a skip one word past the page's end.
+    assert_eq!(
+        apply_sparse(&section(2, &[3, 1020], &[1, 2])).unwrap_err(),
+        corrupt("a changed word lies past its page (word 1024)")
+    );
+    // Violated: more changed words than a page holds, and a section that
+    // ends before its words.
+    assert_eq!(
+        apply_sparse(&section(1025, &[], &[])).unwrap_err(),
+        corrupt("a page states 1025 changed words; a page has 1024")
+    );
+    assert_eq!(
+        apply_sparse(&section(2, &[3], &[1])).unwrap_err(),
+        corrupt("a frame ends early")
+    );
+    // Violated: bytes after the section.
+    let mut long = section(1, &[0], &[1]);
+    long.push(0);
+    assert!(matches!(
+        apply_sparse(&long).unwrap_err(),
+        SnapshotError::Corrupt(_)
+    ));
 }
