@@ -319,6 +319,43 @@ pub(crate) fn release_free_pages() {
     }
 }
 
+/// Zeroes the free small blocks (all but their first word, the free
+/// list's link), so that a snapshot stores no garbage for them: a free
+/// block of a pre-initialized image is zero, and one freed by a cell and
+/// zeroed again at its checkpoint equals it (its page then differs at most
+/// in link words). With `all_blocks` every list is walked (at
+/// pre-initialization); otherwise each list only up to its first block
+/// that is zero already. The lists are last in, first out, so the blocks
+/// a cell freed since the last zeroing come first and the untouched ones
+/// after: the walk costs the blocks freed since, plus one per class. (A
+/// block freed with a zero body stops the walk early: blocks behind it keep
+/// their garbage, which costs bytes, never correctness.)
+pub(crate) fn zero_free_blocks(all_blocks: bool) {
+    // SAFETY: single-threaded (module docs); every block walked is on a
+    // free list, owned by the allocator, `class * CLASS_STEP` bytes long
+    // and aligned to `CLASS_STEP`: its link is the `u32` at 0, its body a
+    // `u32` at 4 and `u64`s from 8.
+    unsafe {
+        let s = state();
+        for class in 1..CLASSES {
+            let longs = (class * CLASS_STEP - 8) / 8;
+            let mut block = (*s).free[class];
+            while block != 0 {
+                let second = *((block + 4) as *const u32);
+                let rest = core::slice::from_raw_parts((block + 8) as *const u64, longs);
+                if second == 0 && rest.iter().all(|&w| w == 0) {
+                    if !all_blocks {
+                        break;
+                    }
+                } else {
+                    ptr::write_bytes((block + 4) as *mut u8, 0, class * CLASS_STEP - 4);
+                }
+                block = *(block as *const usize);
+            }
+        }
+    }
+}
+
 /// Where the page kinds lie in linear memory ([`PAGE_CLASS`]: one byte per
 /// Wasm page, `1..CLASSES` for a span of blocks of that many
 /// [`CLASS_STEP`]s): the host's snapshot codec stores such a page as the
