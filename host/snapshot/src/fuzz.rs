@@ -412,3 +412,59 @@ fn fuzz_decode_shaped_heads() {
         );
     tally.report("fuzz_decode_shaped_heads");
 }
+
+/// Sparse sections built field by field: up to 16 image pages (the fuzz
+/// restore's image is 64 KiB) of layout 0, each with a count, skips and
+/// values drawn from the input (counts that agree with the words given,
+/// or not), then optional lanes for pages beyond the image and trailing
+/// bytes: reaches the changed-word checks (counts over a page, words past
+/// a page, sections that end early or run long) and the restore.
+#[test]
+fn fuzz_decode_sparse_sections() {
+    type Shape = (u8, Vec<(u16, Vec<(u16, u32)>)>, (u8, u8), bool);
+    let tally = Tally::default();
+    bolero::check!()
+        .with_iterations(DEFAULT_ITERATIONS)
+        .with_type::<Shape>()
+        .for_each(|(first, pages, (beyond, tail), honest)| {
+            let pages = &pages[..pages.len().min(16)];
+            let first = u32::from(*first % 16);
+            let image_pages: Vec<u32> = (0..pages.len() as u32)
+                .map(|i| first + i)
+                .filter(|&p| p < 16)
+                .collect();
+            let beyond = usize::from(*beyond % 4);
+            let mut indexes = image_pages.clone();
+            indexes.extend((0..beyond as u32).map(|i| 16 + i * 3));
+            let mut units = vec![0u8; image_pages.len()];
+            units.extend(std::iter::repeat_n(1u8, beyond));
+            let (mut counts, mut low, mut high, mut values) = (vec![], vec![], vec![], vec![]);
+            for (count, words) in pages.iter().take(image_pages.len()) {
+                let n = if *honest { words.len() as u16 } else { *count };
+                counts.extend_from_slice(&n.to_le_bytes());
+                for &(skip, value) in words.iter().take(1100) {
+                    let skip = if *honest { skip % 40 } else { skip };
+                    low.push(skip as u8);
+                    high.push((skip >> 8) as u8);
+                    values.extend_from_slice(&value.to_le_bytes());
+                }
+            }
+            let mut content = counts;
+            content.extend(low);
+            content.extend(high);
+            content.extend(values);
+            content.resize(content.len() + beyond * PAGE_BYTES, 0x11);
+            content.resize(content.len() + usize::from(*tail % 3), 0);
+            let mut payload = frame(&head(
+                2 * WASM_PAGE_BYTES as u64,
+                0,
+                b"",
+                indexes.len() as u32,
+                &indexes,
+                &units,
+            ));
+            payload.extend_from_slice(&frame(&content));
+            tally.add(decode_and_apply(&seal(&payload), FUZZ_MAX_MEMORY_BYTES));
+        });
+    tally.report("fuzz_decode_sparse_sections");
+}
