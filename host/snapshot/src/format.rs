@@ -79,6 +79,11 @@ pub(crate) const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
 /// [`Checkpoint::block_units`]: crate::Checkpoint::block_units
 pub(crate) const IMAGE_PAGE_IN_LANES: u8 = 1;
 
+/// Set in a sparse page's count (which is at most 1,024, so bits 11–15 are
+/// free) when its values are stored as differences from the value before
+/// them (the first from 0, wrapping).
+pub(crate) const VALUES_DIFFERENCED: u16 = 1 << 15;
+
 /// Most bytes one page's data takes in a frame: a sparse image page with
 /// every word changed (a 2-byte count, then 2 bytes of position and 4 of
 /// value per word). Bounds what [`decode`] accepts as a frame's stated

@@ -64,10 +64,14 @@
 //!
 //! A frame's content is first its image pages whose layout byte is 0,
 //! as their changed words: the number of each such page's changed words
-//! (u16 each), then each changed word's position as the words skipped
+//! (u16 each; its top bit set when the page's values are differenced,
+//! below), then each changed word's position as the words skipped
 //! since the previous changed word of its page or the page's start (u16
 //! each, all low bytes and then all high bytes), then the changed words'
-//! new values (u32 each). Then the deltas of all its other pages split into
+//! new values (u32 each), or for a differenced page each value minus the
+//! one before it in the page (the first minus 0, wrapping): the encoder
+//! differences a page whose differences mostly repeat (the links of a
+//! free list the cell filled step by the block size). Then the deltas of all its other pages split into
 //! four lanes: seen as `n` little-endian 4-byte
 //! words, lane `k` (`k·n .. (k+1)·n` of that part) holds byte `k` of every
 //! word, in order. Memory full of 32-bit pointers and NaN-boxed values

@@ -3,7 +3,7 @@
 //! codec pool when large.
 
 use crate::decoder::Snapshot;
-use crate::format::{corrupt, SnapshotError, PAGE_BYTES};
+use crate::format::{corrupt, SnapshotError, PAGE_BYTES, VALUES_DIFFERENCED};
 use crate::frames::{fill, finish_frame, reset, with_dctx};
 use crate::lanes::{join_page, stride_words, PAGE_WORDS};
 use crate::pages::{inside_image, prefault, run_end, xor_in_place};
@@ -163,7 +163,8 @@ impl FrameJob<'_, '_> {
             let mut ended = fill(dctx, input, &mut scratch[..counts_len])?;
             let mut words = 0usize;
             for count in scratch[..counts_len].chunks_exact(2) {
-                let count = usize::from(u16::from_le_bytes([count[0], count[1]]));
+                let count =
+                    usize::from(u16::from_le_bytes([count[0], count[1]]) & !VALUES_DIFFERENCED);
                 if count > PAGE_WORDS {
                     return Err(corrupt(format!(
                         "a page states {count} changed words; a page has {PAGE_WORDS}"
@@ -185,15 +186,24 @@ impl FrameJob<'_, '_> {
             for (&index, count) in pages.iter().zip(counts.chunks_exact(2)) {
                 let at = index as usize * PAGE_BYTES - self.base;
                 let page = &mut self.memory[at..at + PAGE_BYTES];
+                let count = u16::from_le_bytes([count[0], count[1]]);
+                let differenced = count & VALUES_DIFFERENCED != 0;
                 let mut next = 0usize;
-                for _ in 0..u16::from_le_bytes([count[0], count[1]]) {
+                let mut value = 0u32;
+                for _ in 0..count & !VALUES_DIFFERENCED {
                     let word = next + (usize::from(high[k]) << 8 | usize::from(low[k]));
                     if word >= PAGE_WORDS {
                         return Err(corrupt(format!(
                             "a changed word lies past its page (word {word})"
                         )));
                     }
-                    page[word * 4..word * 4 + 4].copy_from_slice(&values[k * 4..k * 4 + 4]);
+                    let stored = u32::from_le_bytes(values[k * 4..k * 4 + 4].try_into().unwrap());
+                    value = if differenced {
+                        value.wrapping_add(stored)
+                    } else {
+                        stored
+                    };
+                    page[word * 4..word * 4 + 4].copy_from_slice(&value.to_le_bytes());
                     next = word + 1;
                     k += 1;
                 }

@@ -802,12 +802,18 @@ fn section(count: u16, skips: &[u16], values: &[u32]) -> Vec<u8> {
 
 #[test]
 fn changed_words_are_written_where_they_lie_and_none_past_its_page() {
+    // (The count's top bit says the values are differenced.)
     // Obeyed: words 3 and 1023 (skips 3 and 1019), the last word of the
     // page.
     let memory = apply_sparse(&section(2, &[3, 1019], &[0xAABB_CCDD, 9])).unwrap();
     let mut expected = vec![7u8; WASM_PAGE_BYTES];
     expected[12..16].copy_from_slice(&0xAABB_CCDDu32.to_le_bytes());
     expected[4092..4096].copy_from_slice(&9u32.to_le_bytes());
+    assert!(memory == expected);
+    // Obeyed: the same words with their values differenced (flag 0x8000):
+    // 0xAABBCCDD, then 9 stored as 9 - 0xAABBCCDD (wrapping).
+    let differenced = [0xAABB_CCDD, 9u32.wrapping_sub(0xAABB_CCDD)];
+    let memory = apply_sparse(&section(0x8002, &[3, 1019], &differenced)).unwrap();
     assert!(memory == expected);
     // Violated: a skip one word past the page's end.
     assert_eq!(
@@ -831,4 +837,37 @@ fn changed_words_are_written_where_they_lie_and_none_past_its_page() {
         apply_sparse(&long).unwrap_err(),
         SnapshotError::Corrupt(_)
     ));
+}
+
+#[test]
+fn free_list_links_are_stored_as_differences_and_restore_exactly() {
+    // A page of 48-byte blocks each linking to the one before, as a free
+    // list a cell filled: as differences the values are one repeated word.
+    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i % 251) as u8).collect();
+    let mut memory = image.clone();
+    let mut links = memory.clone();
+    let mut x = 1u32;
+    for (k, block) in (PAGE_BYTES * 2..PAGE_BYTES * 3).step_by(48).enumerate() {
+        let link = if k == 0 { 0 } else { (block - 48) as u32 };
+        links[block..block + 4].copy_from_slice(&link.to_le_bytes());
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        memory[block..block + 4].copy_from_slice(&x.to_le_bytes());
+    }
+    let sizes: Vec<usize> = [&links, &memory]
+        .iter()
+        .map(|m| {
+            let bytes = encode(&checkpoint(m, &image, 0..0)).unwrap().bytes;
+            let mut restored = image.clone();
+            decode(&bytes, GUEST, 1 << 30)
+                .unwrap()
+                .apply(&mut restored, image.len())
+                .unwrap();
+            assert!(restored == **m);
+            bytes.len()
+        })
+        .collect();
+    // 86 links take fewer bytes than 86 scattered values.
+    assert!(sizes[0] * 2 < sizes[1], "{sizes:?}");
 }
