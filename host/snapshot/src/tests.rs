@@ -592,34 +592,7 @@ fn a_frame_of_more_than_pages_per_frame_pages_is_refused() {
     let pages = PAGES_PER_FRAME + 1;
     let indexes: Vec<u32> = (0..pages as u32).collect();
     let memory = (4 << 20) as u64;
-    let with_frames = |sizes: &[usize]| {
-        let mut v = fuzz::frame(&fuzz::head(
-            memory,
-            0,
-            b"",
-            pages as u32,
-            &indexes,
-            &vec![0; pages],
-        ));
-        for &n in sizes {
-            v.extend_from_slice(&fuzz::frame(&vec![0; n * PAGE_BYTES]));
-        }
-        fuzz::seal(&v)
-    };
-    // Obeyed: a full frame and one more page, as the encoder writes.
-    let bytes = with_frames(&[PAGES_PER_FRAME, 1]);
-    let ok = decode(&bytes, GUEST, 1 << 30).unwrap();
-    let mut restored = vec![0u8; memory as usize];
-    ok.apply(&mut restored, 0).unwrap();
-    // Violated: all of them in one frame (the first frame holds the first
-    // PAGES_PER_FRAME pages, and the second is missing).
-    assert_eq!(
-        decode(&with_frames(&[pages]), GUEST, 1 << 30).unwrap_err(),
-        corrupt("page data does not match the page count")
-    );
-    // Violated: a frame stating more than any PAGES_PER_FRAME pages take.
-    let most = PAGES_PER_FRAME * MAX_PAGE_DATA_BYTES;
-    let mut v = fuzz::frame(&fuzz::head(
+    let head = fuzz::frame(&fuzz::head(
         memory,
         0,
         b"",
@@ -627,9 +600,34 @@ fn a_frame_of_more_than_pages_per_frame_pages_is_refused() {
         &indexes,
         &vec![0; pages],
     ));
-    v.extend_from_slice(&frame_claiming(most as u64 + 1));
+    let with_frames = |frames: &[Vec<u8>]| {
+        let mut v = head.clone();
+        for frame in frames {
+            v.extend_from_slice(frame);
+        }
+        fuzz::seal(&v)
+    };
+    let zeros = |n: usize| fuzz::frame(&vec![0; n * PAGE_BYTES]);
+    // Obeyed: a full frame and one more page, as the encoder writes.
+    let bytes = with_frames(&[zeros(PAGES_PER_FRAME), zeros(1)]);
+    let ok = decode(&bytes, GUEST, 1 << 30).unwrap();
+    let mut restored = vec![0u8; memory as usize];
+    ok.apply(&mut restored, 0).unwrap();
+    // Violated: all of them in one frame (the first frame holds the first
+    // PAGES_PER_FRAME pages, and the second is missing).
     assert_eq!(
-        decode(&fuzz::seal(&v), GUEST, 1 << 30).unwrap_err(),
+        decode(&with_frames(&[zeros(pages)]), GUEST, 1 << 30).unwrap_err(),
+        corrupt("page data does not match the page count")
+    );
+    // Violated: a frame stating more than any PAGES_PER_FRAME pages take.
+    let most = PAGES_PER_FRAME * MAX_PAGE_DATA_BYTES;
+    assert_eq!(
+        decode(
+            &with_frames(&[frame_claiming(most as u64 + 1)]),
+            GUEST,
+            1 << 30
+        )
+        .unwrap_err(),
         corrupt(format!(
             "a frame states {} bytes; at most {most} ({PAGES_PER_FRAME} pages) are allowed",
             most + 1
