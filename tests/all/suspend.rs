@@ -300,6 +300,55 @@ async fn a_small_cell_parks_without_rewriting_the_heap() {
 }
 
 #[tokio::test]
+async fn a_cell_parks_with_one_fuel_left() {
+    // The checkpoint (which zeroes the blocks the cell freed) runs on the
+    // host's fuel, not the cell's: a cell with next to no fuel left when it
+    // parks parks all the same, as it would have completed inline.
+    let code = "let tmp = Array.from({length: 200}, (_, i) => ({i, s: 'x' + i})); \
+                tmp = null; await yield_control(); return 'resumed';";
+    let r = runtime(Limits::default()).await.exec(exec(code)).await;
+    waiting(&r);
+    let used = r.telemetry().fuel_used;
+    let tight = runtime(Limits::default().with_fuel(quickcell::Fuel::Limited(used + 1))).await;
+    let r = tight.exec(exec(code)).await;
+    let id = waiting(&r).run_id.clone();
+    assert_eq!(r.telemetry().fuel_used, used);
+    assert_eq!(
+        value(&tight.wait(WaitInput::new(id)).await),
+        json!("resumed")
+    );
+}
+
+#[tokio::test]
+async fn a_wait_with_one_fuel_resumes_the_cell_and_runs_out_in_it() {
+    // The restore's reseed runs on fuel of its own, as the checkpoint does:
+    // a wait given almost no fuel resumes the cell, which then runs out of
+    // fuel in its own code, never a broken snapshot.
+    let dir = state_dir();
+    let rt = runtime_in(&dir, Limits::default()).await;
+    let r = rt
+        .exec(exec(
+            "await yield_control(); let s = 0; for (let i = 0; i < 1e5; i++) s += i; return s;",
+        ))
+        .await;
+    let id = waiting(&r).run_id.clone();
+    drop(rt);
+    let starved = runtime_in(
+        &dir,
+        Limits::default().with_fuel(quickcell::Fuel::Limited(1)),
+    )
+    .await;
+    let done = starved.wait(WaitInput::new(&id)).await;
+    let f = failed(&done);
+    assert_eq!(
+        (f.code, f.failure_phase),
+        (ErrorCode::FuelExhausted, FailurePhase::Guest),
+        "{}",
+        f.error
+    );
+}
+
+#[tokio::test]
 async fn blocks_freed_before_a_park_are_stored_as_zeros() {
     // A cell that builds 1,000 small records and drops them before it
     // parks frees ~3,000 small blocks and the array's large ones without a

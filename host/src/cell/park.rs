@@ -33,9 +33,12 @@ impl LiveCell {
         }
         self.bridge.finish_store_requests().await;
         let checkpoint_started = Instant::now();
-        // Collect garbage (past 1 MiB of new heap) and zero the free pages
-        // so the snapshot holds live data; it costs the cell no fuel.
+        // The checkpoint zeroes the blocks the cell freed so the snapshot
+        // holds live data; it runs on fuel of its own (a cell with none
+        // left still parks) and costs the cell none. Its work is linear in
+        // the blocks the cell freed, which the cell paid for.
         let fuel = self.store.get_fuel().unwrap_or(0);
+        let _ = self.store.set_fuel(u64::MAX);
         let block_units = match self.exports.checkpoint(&mut self.store).await {
             Ok(units) => units,
             Err(err) => {

@@ -147,8 +147,10 @@ pub(super) async fn restore(
         return Err(unusable(format!("cannot set the stack pointer: {e}")));
     }
     store.data_mut().last_request_id = host.last_request_id;
-    // Restoring consumes no fuel: the reseed runs before the allowance is
-    // set again.
+    // Restoring consumes no fuel: the reseed runs on fuel of its own (a
+    // wait given next to none still resumes the cell, which then runs out
+    // in its own code), and the allowance is set again after it.
+    let _ = store.set_fuel(u64::MAX);
     if let Err(e) = exports.resume(&mut store, rand_seed()).await {
         return Err(unusable(format!("the guest could not resume: {e}")));
     }
