@@ -39,14 +39,17 @@ impl LiveCell {
         // the blocks the cell freed, which the cell paid for.
         let fuel = self.store.get_fuel().unwrap_or(0);
         let _ = self.store.set_fuel(u64::MAX);
-        let block_units = match self.exports.checkpoint(&mut self.store).await {
+        let checkpointed = self.exports.checkpoint(&mut self.store).await;
+        // Set back before anything reads the cell's fuel, also when the
+        // checkpoint failed (its ending reports what the cell used).
+        let _ = self.store.set_fuel(fuel);
+        let block_units = match checkpointed {
             Ok(units) => units,
             Err(err) => {
                 let ending = ending_from_trap(err, self.store.data());
                 return self.end(env, ending).await;
             }
         };
-        let _ = self.store.set_fuel(fuel);
         stats::COLLECT_NANOS.store(
             checkpoint_started.elapsed().as_nanos() as u64,
             Ordering::Relaxed,
