@@ -245,6 +245,12 @@ unsafe fn refill(class: usize) -> *mut u8 {
     };
     (*s).allocated += WASM_PAGE as u64;
     let base = page * WASM_PAGE;
+    // A page a huge block gave back still holds its data: zeroed here, so
+    // that the span's uncarved blocks are zero as fresh ones are (a
+    // snapshot would store the old data until they are carved).
+    if (*PAGE_CLASS.0.get())[page] == FREE_DIRTY {
+        ptr::write_bytes(base as *mut u8, 0, WASM_PAGE);
+    }
     (*PAGE_CLASS.0.get())[page] = class as u8;
     let size = class * CLASS_STEP;
     (*s).carve[class] = (base + size, base + WASM_PAGE - WASM_PAGE % size);

@@ -349,6 +349,40 @@ async fn a_wait_with_one_fuel_resumes_the_cell_and_runs_out_in_it() {
 }
 
 #[tokio::test]
+async fn pages_a_freed_buffer_gave_back_are_stored_as_zeros() {
+    // A 256 KiB buffer of noise is a huge block (whole pages); dropped, its
+    // pages go back to the pool, and the small blocks the cell takes next
+    // are carved from them. Those pages are zeroed as they become spans (the
+    // rest at the checkpoint), so none of the noise is stored. Measured: the
+    // snapshot 0.3 KB larger than the same cell's without the buffer; 140 KB
+    // larger with the spans' pages not zeroed.
+    let (rt, _) = runtime_with(vec![t("lookup", "Looks a value up")], Limits::default()).await;
+    let mut sizes = Vec::new();
+    let keep = "const keep = Array.from({length: 3000}, (_, i) => ({i}));";
+    let noise = "let buf = new Uint32Array(65536); let x = 1; \
+                 for (let i = 0; i < buf.length; i++) { x ^= x << 13; x ^= x >>> 17; x ^= x << 5; buf[i] = x; } \
+                 buf = null;";
+    for prologue in [keep.to_string(), format!("{noise} {keep}")] {
+        let r = rt
+            .exec(exec(&format!(
+                "{prologue} const p = lookup({{value: 'a'}}); await yield_control(); return (await p).input;"
+            )))
+            .await;
+        let id = waiting(&r).run_id.clone();
+        sizes.push(quickcell::testing::last_suspend_stats().snapshot_bytes);
+        assert_eq!(
+            value(&rt.wait(WaitInput::new(id)).await),
+            json!({"value": "a"})
+        );
+    }
+    let (plain, reused) = (sizes[0], sizes[1]);
+    assert!(
+        reused < plain + 4 * 1024,
+        "{reused} bytes after reusing the buffer's pages, {plain} without"
+    );
+}
+
+#[tokio::test]
 async fn blocks_freed_before_a_park_are_stored_as_zeros() {
     // A cell that builds 1,000 small records and drops them before it
     // parks frees ~3,000 small blocks and the array's large ones without a
