@@ -348,6 +348,27 @@ async fn a_wait_with_one_fuel_resumes_the_cell_and_runs_out_in_it() {
     );
 }
 
+/// The snapshot size of a cell that runs each `prologue`, then starts a
+/// tool call and parks; each run is resumed and must finish.
+async fn parked_snapshot_bytes<const N: usize>(prologues: [String; N]) -> [u64; N] {
+    let (rt, _) = runtime_with(vec![t("lookup", "Looks a value up")], Limits::default()).await;
+    let mut sizes = [0; N];
+    for (size, prologue) in sizes.iter_mut().zip(prologues) {
+        let r = rt
+            .exec(exec(&format!(
+                "{prologue} const p = lookup({{value: 'a'}}); await yield_control(); return (await p).input;"
+            )))
+            .await;
+        let id = waiting(&r).run_id.clone();
+        *size = quickcell::testing::last_suspend_stats().snapshot_bytes;
+        assert_eq!(
+            value(&rt.wait(WaitInput::new(id)).await),
+            json!({"value": "a"})
+        );
+    }
+    sizes
+}
+
 #[tokio::test]
 async fn pages_a_freed_buffer_gave_back_are_stored_as_zeros() {
     // A 256 KiB buffer of noise is a huge block (whole pages); dropped, its
@@ -356,26 +377,12 @@ async fn pages_a_freed_buffer_gave_back_are_stored_as_zeros() {
     // rest at the checkpoint), so none of the noise is stored. Measured: the
     // snapshot 0.3 KB larger than the same cell's without the buffer; 140 KB
     // larger with the spans' pages not zeroed.
-    let (rt, _) = runtime_with(vec![t("lookup", "Looks a value up")], Limits::default()).await;
-    let mut sizes = Vec::new();
     let keep = "const keep = Array.from({length: 3000}, (_, i) => ({i}));";
     let noise = "let buf = new Uint32Array(65536); let x = 1; \
                  for (let i = 0; i < buf.length; i++) { x ^= x << 13; x ^= x >>> 17; x ^= x << 5; buf[i] = x; } \
                  buf = null;";
-    for prologue in [keep.to_string(), format!("{noise} {keep}")] {
-        let r = rt
-            .exec(exec(&format!(
-                "{prologue} const p = lookup({{value: 'a'}}); await yield_control(); return (await p).input;"
-            )))
-            .await;
-        let id = waiting(&r).run_id.clone();
-        sizes.push(quickcell::testing::last_suspend_stats().snapshot_bytes);
-        assert_eq!(
-            value(&rt.wait(WaitInput::new(id)).await),
-            json!({"value": "a"})
-        );
-    }
-    let (plain, reused) = (sizes[0], sizes[1]);
+    let [plain, reused] =
+        parked_snapshot_bytes([keep.to_string(), format!("{noise} {keep}")]).await;
     assert!(
         reused < plain + 4 * 1024,
         "{reused} bytes after reusing the buffer's pages, {plain} without"
@@ -393,25 +400,11 @@ async fn blocks_freed_before_a_park_are_stored_as_zeros() {
     // than that of a cell that never built them. Measured: 1.2 KB larger;
     // 16.8 KB with the small blocks' garbage zeroed only, 8.9 KB with the
     // large blocks zeroed too but the links stored as they are.
-    let (rt, _) = runtime_with(vec![t("lookup", "Looks a value up")], Limits::default()).await;
-    let mut sizes = Vec::new();
-    for prologue in [
-        "",
-        "let tmp = Array.from({length: 1000}, (_, i) => ({i, s: 'x' + i})); tmp = null;",
-    ] {
-        let r = rt
-            .exec(exec(&format!(
-                "{prologue} const p = lookup({{value: 'a'}}); await yield_control(); return (await p).input;"
-            )))
-            .await;
-        let id = waiting(&r).run_id.clone();
-        sizes.push(quickcell::testing::last_suspend_stats().snapshot_bytes);
-        assert_eq!(
-            value(&rt.wait(WaitInput::new(id)).await),
-            json!({"value": "a"})
-        );
-    }
-    let (plain, dropped) = (sizes[0], sizes[1]);
+    let [plain, dropped] = parked_snapshot_bytes([
+        String::new(),
+        "let tmp = Array.from({length: 1000}, (_, i) => ({i, s: 'x' + i})); tmp = null;".into(),
+    ])
+    .await;
     assert!(
         dropped < plain + 2048,
         "{dropped} bytes after dropping the records, {plain} without"
