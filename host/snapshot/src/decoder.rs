@@ -5,9 +5,9 @@
 use crate::format::{
     corrupt, SnapshotError, FORMAT_VERSION, GUEST_BUILD_AT, HEADER_BYTES, HEAD_BYTES_PER_PAGE,
     HEAD_FIXED_BYTES, IN_PLACE_FORMAT_VERSION, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
-    MAX_PAGE_DATA_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+    MAX_PAGE_DATA_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PLAIN_HEAD_FORMAT_VERSION, WASM_PAGE_BYTES,
 };
-use crate::frames::{decompress_frame, next_frame, with_dctx};
+use crate::frames::{decompress_frame, next_frame, with_dctx, with_head_dctx};
 
 /// A decoded, verified snapshot.
 #[derive(Debug)]
@@ -103,7 +103,13 @@ fn read_magic_and_version(bytes: &[u8]) -> Result<Reader<'_>, SnapshotError> {
         return Err(SnapshotError::BadMagic);
     }
     let version = header.u32()?;
-    if version != FORMAT_VERSION && version != IN_PLACE_FORMAT_VERSION {
+    if ![
+        FORMAT_VERSION,
+        PLAIN_HEAD_FORMAT_VERSION,
+        IN_PLACE_FORMAT_VERSION,
+    ]
+    .contains(&version)
+    {
         return Err(SnapshotError::UnknownVersion(version));
     }
     Ok(header)
@@ -125,7 +131,8 @@ pub fn decode(
         });
     }
     let mut header = read_magic_and_version(bytes)?;
-    let sparse = bytes[8..12] != IN_PLACE_FORMAT_VERSION.to_le_bytes();
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    let sparse = version != IN_PLACE_FORMAT_VERSION;
     if header.array::<32>()? != guest_hash {
         return Err(SnapshotError::ForeignGuest);
     }
@@ -147,7 +154,11 @@ pub fn decode(
         return Err(corrupt(format!("its head would be {head_len} bytes")));
     }
     let mut head = vec![0u8; usize::try_from(head_len).unwrap_or(usize::MAX)];
-    with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
+    if version == FORMAT_VERSION {
+        with_head_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
+    } else {
+        with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
+    }
     let mut r = Reader { data: &head, at: 0 };
     let memory_bytes = usize::try_from(r.u64()?)
         .map_err(|_| SnapshotError::Corrupt("memory size out of range".into()))?;
@@ -177,12 +188,34 @@ pub fn decode(
         )));
     }
     let mut page_indexes = Vec::with_capacity(count);
-    for _ in 0..count {
-        let index = r.u32()?;
-        if index as usize >= page_limit || page_indexes.last().is_some_and(|&last| index <= last) {
-            return Err(SnapshotError::Corrupt(format!("bad page index {index}")));
+    if version == FORMAT_VERSION {
+        // Gaps in byte lanes (see `encode`).
+        let lanes = r.take(4 * count)?;
+        let mut next = 0u64;
+        for k in 0..count {
+            let gap = u32::from_le_bytes([
+                lanes[k],
+                lanes[count + k],
+                lanes[2 * count + k],
+                lanes[3 * count + k],
+            ]);
+            let index = next + u64::from(gap);
+            if index >= page_limit as u64 {
+                return Err(SnapshotError::Corrupt(format!("bad page index {index}")));
+            }
+            page_indexes.push(index as u32);
+            next = index + 1;
         }
-        page_indexes.push(index);
+    } else {
+        for _ in 0..count {
+            let index = r.u32()?;
+            if index as usize >= page_limit
+                || page_indexes.last().is_some_and(|&last| index <= last)
+            {
+                return Err(SnapshotError::Corrupt(format!("bad page index {index}")));
+            }
+            page_indexes.push(index);
+        }
     }
     let page_units = r.take(count)?.to_vec();
     if r.at != head.len() {

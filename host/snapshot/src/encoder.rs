@@ -109,8 +109,19 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
     head.extend_from_slice(&(c.host_state.len() as u32).to_le_bytes());
     head.extend_from_slice(c.host_state);
     head.extend_from_slice(&(pages.len() as u32).to_le_bytes());
-    for index in &pages {
-        head.extend_from_slice(&index.to_le_bytes());
+    // The indexes as gaps (each minus the one before it, minus 1; the
+    // first as it is), split into byte lanes: mostly small numbers, whose
+    // high bytes are zeros.
+    let gaps: Vec<[u8; 4]> = pages
+        .iter()
+        .scan(None, |before: &mut Option<u32>, &index| {
+            let gap = before.map_or(index, |b| index - b - 1);
+            *before = Some(index);
+            Some(gap.to_le_bytes())
+        })
+        .collect();
+    for lane in 0..4 {
+        head.extend(gaps.iter().map(|gap| gap[lane]));
     }
     let failed = |e: std::io::Error| SnapshotError::Corrupt(format!("compression failed: {e}"));
     let compress_pages = |indexes: &[u32]| -> std::io::Result<(Vec<u8>, Vec<u8>)> {
@@ -126,7 +137,7 @@ pub fn encode(c: &Checkpoint<'_>) -> Result<Encoded, SnapshotError> {
         })
         .collect::<Result<Vec<_>, SnapshotError>>()?;
     let head_frame =
-        with_compressor(|z| compress_into(&mut z.cctx, &mut z.out, &head)).map_err(failed)?;
+        with_compressor(|z| compress_into(&mut z.head_cctx, &mut z.out, &head)).map_err(failed)?;
     let compressed: usize = frames.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(HEADER_BYTES + head_frame.len() + compressed);
     out.extend_from_slice(MAGIC);

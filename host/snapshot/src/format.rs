@@ -4,12 +4,26 @@
 /// Version of the format written by [`encode`] (2: page deltas in
 /// independent frames; 3: each frame's deltas split into byte lanes; 4:
 /// block strides; 5: the header names the guest build; 6: sparse image
-/// pages stored as their changed words). [`decode`] also reads
-/// [`IN_PLACE_FORMAT_VERSION`].
+/// pages stored as their changed words; 7: the head compressed with
+/// [`HEAD_DICTIONARY`]). [`decode`] also reads
+/// [`PLAIN_HEAD_FORMAT_VERSION`] and [`IN_PLACE_FORMAT_VERSION`].
 ///
 /// [`encode`]: crate::encode
 /// [`decode`]: crate::decode
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
+
+/// An older version [`decode`] still reads: format 6, whose head frame is
+/// compressed without a dictionary; the rest is as in format 7.
+///
+/// [`decode`]: crate::decode
+pub const PLAIN_HEAD_FORMAT_VERSION: u32 = 6;
+
+/// The head frame's zstd dictionary (raw content, format 7): the field
+/// names and common values of the host state quickcell stores, in the
+/// order it writes them. Any host state can be stored; quickcell's is
+/// compressed against these bytes (a one-tool cell's head: 507 -> ~280
+/// bytes). Part of the format: other bytes here would be another version.
+pub const HEAD_DICTIONARY: &[u8] = br#"{"method":"sleep","args_json":"{\"ms\":","due_unix_ms":17,"drained_by":"","error":{"message":"","code":"tool_error"}},"clientTools":[{"name":"","description":"","inputSchema":{"type":"object","properties":{}}}],{"runId":"cm_","agentRun":"","session":"","generation":1,"lastRequestId":,"deliveredOutputBytes":,"maxOutputBytes":65536,"restartSafe":true,"guestClockNs":,"parkedUnixMs":17,"bridge":{"outstanding":{"":{"method":"callValue","args_json":"{\"callable\":\"\",\"input\":{\"","started":true,"replay_safe":true},"":{"method":"yield","args_json":"{\"reason\":null}"}},"ready":[{"id":,"ok":true,"value":{"ok":true,"],"yields":[],"dispatch_started":true,"store_writes":{}},"catalogDigest":"","guestFinished":false}"#;
 
 /// The older version [`decode`] still reads: format 5, whose sparse image
 /// pages are whole XOR deltas in place. Snapshots parked by a quickcell of

@@ -2,7 +2,7 @@
 //! splitting a snapshot's payload into standard frames that state their
 //! size, and decompressing them exactly.
 
-use crate::format::{corrupt, SnapshotError};
+use crate::format::{corrupt, SnapshotError, HEAD_DICTIONARY};
 
 /// zstd level: the fastest standard level; XOR deltas are mostly zeros, so
 /// higher levels buy little.
@@ -24,6 +24,8 @@ pub(crate) const ZSTD_FRAME_MAGIC: [u8; 4] = 0xFD2F_B528u32.to_le_bytes();
 pub(crate) struct Compressor {
     /// Set to [`ZSTD_LEVEL`].
     pub(crate) cctx: zstd::zstd_safe::CCtx<'static>,
+    /// The head's: [`ZSTD_LEVEL`] and [`HEAD_DICTIONARY`], loaded once.
+    pub(crate) head_cctx: zstd::zstd_safe::CCtx<'static>,
     /// A frame's content: page deltas, then lanes.
     pub(crate) content: Vec<u8>,
     /// zstd's output, before it is copied out at its exact size.
@@ -39,11 +41,18 @@ pub(crate) fn with_compressor<R>(
         let z = match &mut *slot {
             Some(z) => z,
             empty => {
+                let failed = |code| std::io::Error::other(zstd::zstd_safe::get_error_name(code));
                 let mut cctx = zstd::zstd_safe::CCtx::create();
                 cctx.set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(ZSTD_LEVEL))
-                    .map_err(|code| std::io::Error::other(zstd::zstd_safe::get_error_name(code)))?;
+                    .map_err(failed)?;
+                let mut head_cctx = zstd::zstd_safe::CCtx::create();
+                head_cctx
+                    .set_parameter(zstd::zstd_safe::CParameter::CompressionLevel(ZSTD_LEVEL))
+                    .map_err(failed)?;
+                head_cctx.load_dictionary(HEAD_DICTIONARY).map_err(failed)?;
                 empty.insert(Compressor {
                     cctx,
+                    head_cctx,
                     content: Vec::new(),
                     out: Vec::new(),
                 })
@@ -74,6 +83,11 @@ thread_local! {
     /// A decompression context per thread: creating one costs more than
     /// decompressing a small snapshot.
     static DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    /// A decompression context per thread for format-7 heads, with
+    /// [`HEAD_DICTIONARY`] loaded once (apart from [`DCTX`], so no frame is
+    /// ever read against the wrong dictionary).
+    static HEAD_DCTX: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -169,6 +183,26 @@ pub(crate) fn fill(
         }
     }
     Ok(ended)
+}
+
+/// Runs `f` with this thread's decompression context for heads compressed
+/// with [`HEAD_DICTIONARY`].
+pub(crate) fn with_head_dctx<R>(
+    f: impl FnOnce(&mut zstd::zstd_safe::DCtx<'static>) -> Result<R, SnapshotError>,
+) -> Result<R, SnapshotError> {
+    HEAD_DCTX.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let dctx = match &mut *slot {
+            Some(dctx) => dctx,
+            empty => {
+                let mut dctx = zstd::zstd_safe::DCtx::create();
+                dctx.load_dictionary(HEAD_DICTIONARY)
+                    .map_err(|_| corrupt("cannot load the head's dictionary"))?;
+                empty.insert(dctx)
+            }
+        };
+        f(dctx)
+    })
 }
 
 pub(crate) fn with_dctx<R>(

@@ -34,8 +34,8 @@
 use crate::format::{HEADER_BYTES, HEAD_FIXED_BYTES, MAGIC};
 use crate::frames::{with_dctx, ZSTD_LEVEL};
 use crate::{
-    decode, encode, Checkpoint, FORMAT_VERSION, MAX_HOST_STATE_BYTES, PAGES_PER_FRAME, PAGE_BYTES,
-    WASM_PAGE_BYTES,
+    decode, encode, Checkpoint, MAX_HOST_STATE_BYTES, PAGES_PER_FRAME, PAGE_BYTES,
+    PLAIN_HEAD_FORMAT_VERSION, WASM_PAGE_BYTES,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -114,11 +114,19 @@ pub(crate) const GUEST: [u8; 32] = [3; 32];
 /// The guest build the test snapshots name.
 pub(crate) const BUILD: [u8; 32] = [5; 32];
 
-/// A snapshot for [`GUEST`] with `payload` after the header, checksummed.
+/// A snapshot for [`GUEST`] with `payload` after the header, checksummed:
+/// format 6 ([`PLAIN_HEAD_FORMAT_VERSION`]), whose head is a plain frame
+/// ([`frame`]), as format 7 is in all else.
 pub(crate) fn seal(payload: &[u8]) -> Vec<u8> {
+    seal_as(PLAIN_HEAD_FORMAT_VERSION, payload)
+}
+
+/// A snapshot of format `version` for [`GUEST`] with `payload` after the
+/// header, checksummed.
+pub(crate) fn seal_as(version: u32, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&GUEST);
     out.extend_from_slice(&BUILD);
     out.extend_from_slice(&crate::format::checksum(&BUILD, payload).to_le_bytes());

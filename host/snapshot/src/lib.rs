@@ -53,10 +53,15 @@
 //! | 4 | CRC-32 of the guest build and the rest |
 //! | rest | zstd frames: the head, then the page deltas |
 //!
-//! The first frame is the head (little endian): memory size in bytes
+//! The first frame is the head, compressed against the built-in raw-content
+//! dictionary [`HEAD_DICTIONARY`] (the field names of the host state
+//! quickcell stores; format 6, [`PLAIN_HEAD_FORMAT_VERSION`], still read,
+//! compressed it without one). It holds (little endian): memory size in bytes
 //! (u64), stack pointer (u32), host-state length (u32) and bytes, page
-//! count (u32), the page indexes (u32 each, strictly increasing), then one
-//! layout byte per page (below). The page deltas follow in order, split
+//! count (u32), the page indexes as gaps (u32 each: the first index, then
+//! each index minus the one before it minus 1; all their low bytes, then
+//! the next bytes, and so on, as the lanes below; format 6 stored the
+//! indexes themselves), then one layout byte per page (below). The page deltas follow in order, split
 //! into independent frames of at most [`PAGES_PER_FRAME`] pages, so that
 //! large snapshots are compressed and restored on several cores at once
 //! (at most [`MAX_CODEC_THREADS`]). Every frame states its decompressed
@@ -142,8 +147,9 @@ mod restore;
 pub use decoder::{decode, guest_build, Snapshot};
 pub use encoder::{encode, Checkpoint, Encoded};
 pub use format::{
-    SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, IN_PLACE_FORMAT_VERSION, MAX_HOST_STATE_BYTES,
-    MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, WASM_PAGE_BYTES,
+    SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, HEAD_DICTIONARY, IN_PLACE_FORMAT_VERSION,
+    MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PLAIN_HEAD_FORMAT_VERSION,
+    WASM_PAGE_BYTES,
 };
 pub use pages::{changed_image_runs, prefault};
 pub use pool::{MAX_CODEC_THREADS, PARALLEL_PAYLOAD_BYTES};

@@ -91,14 +91,22 @@ pub(crate) const MAX_QUEUED_REQUESTS: usize = 128;
 /// Message of a call whose host ended while it was in flight.
 pub(crate) const EFFECT_UNKNOWN: &str = "the host that ran this tool call ended while it was in flight, and the tool is not replay-safe, so it was not run again: its effect is unknown. Check the tool's state before calling it again.";
 
+/// Whether `b` is false: a field at its default is left out of a
+/// snapshot's host state (every such field reads back as its default).
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A request that has not settled yet.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Outstanding {
     pub method: String,
     pub args_json: Arc<str>,
     /// Dispatched to the host (not only queued).
+    #[serde(default, skip_serializing_if = "is_false")]
     pub started: bool,
     /// Running it again after a host restart is harmless.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub replay_safe: bool,
     /// A timer's due time, in Unix milliseconds.
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -115,13 +123,15 @@ pub(crate) struct BridgeState {
     /// Unsettled requests (queued, in flight or yields), by id.
     pub outstanding: BTreeMap<u64, Outstanding>,
     /// Settlements not delivered to the guest yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ready: Vec<Settlement>,
     /// Held `yield` requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub yields: Vec<u64>,
     pub dispatch_started: bool,
     /// Buffered session-store writes (`None` deletes), committed when the
     /// cell completes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub store_writes: BTreeMap<String, Option<String>>,
 }
 

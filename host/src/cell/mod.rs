@@ -144,12 +144,18 @@ impl CallStats {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct HostState {
     run_id: String,
+    // Fields at their defaults are left out (~120 bytes of a one-tool
+    // cell's snapshot); every one reads back as its default.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     agent_run: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     session: String,
     generation: u64,
     last_request_id: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
     delivered_output_bytes: usize,
     max_output_bytes: usize,
+    #[serde(default, skip_serializing_if = "crate::bridge::is_false")]
     pub(crate) restart_safe: bool,
     /// The guest's monotonic clock at the checkpoint, in nanoseconds.
     guest_clock_ns: u64,
@@ -168,6 +174,10 @@ pub(crate) struct HostState {
     /// restore then asks the guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     guest_finished: Option<bool>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A cell with a live instance, during one call.

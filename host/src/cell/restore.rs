@@ -306,7 +306,7 @@ pub(crate) fn incompatible(
     let error = match (parked, why) {
         (_, SnapshotError::UnknownVersion(version)) => format!(
             "code mode snapshot is incompatible with this host: run {run_id} was parked by \
-             another quickcell (snapshot format {version}; this host reads formats {} and {}), \
+             another quickcell (snapshot format {version}; this host reads formats {} to {}), \
              whose guest build it does not name; this host carries guest build {ours}. The run \
              stays parked: resume it on a host of the quickcell that parked it, or drain parked \
              runs before upgrading ({UPGRADING}).",
