@@ -884,7 +884,7 @@ async fn a_run_parked_by_another_guest_build_is_refused_and_stays_parked() {
             Box::new(|b: &mut Vec<u8>| b[20] ^= 1),
         ),
         (
-            "snapshot format 4; this host reads formats 5 to 7".to_string(),
+            "snapshot format 4; this host reads formats 5 to 8".to_string(),
             Box::new(|b: &mut Vec<u8>| b[8] = 4),
         ),
     ];

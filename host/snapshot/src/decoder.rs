@@ -5,7 +5,8 @@
 use crate::format::{
     corrupt, SnapshotError, FORMAT_VERSION, GUEST_BUILD_AT, HEADER_BYTES, HEAD_BYTES_PER_PAGE,
     HEAD_FIXED_BYTES, IN_PLACE_FORMAT_VERSION, MAGIC, MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES,
-    MAX_PAGE_DATA_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PLAIN_HEAD_FORMAT_VERSION, WASM_PAGE_BYTES,
+    MAX_PAGE_DATA_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PLAIN_HEAD_FORMAT_VERSION,
+    UNSTRIDED_IMAGE_FORMAT_VERSION, WASM_PAGE_BYTES,
 };
 use crate::frames::{decompress_frame, next_frame, with_dctx, with_head_dctx};
 
@@ -34,6 +35,9 @@ pub struct Snapshot<'a> {
     /// Whether image pages of layout 0 hold their changed words (format
     /// 6) rather than whole deltas in place (format 5).
     pub(crate) sparse: bool,
+    /// Image pages in the lanes may have a block stride (format 8; see
+    /// [Layout](crate#layout)).
+    pub(crate) image_strides: bool,
 }
 
 impl Snapshot<'_> {
@@ -105,6 +109,7 @@ fn read_magic_and_version(bytes: &[u8]) -> Result<Reader<'_>, SnapshotError> {
     let version = header.u32()?;
     if ![
         FORMAT_VERSION,
+        UNSTRIDED_IMAGE_FORMAT_VERSION,
         PLAIN_HEAD_FORMAT_VERSION,
         IN_PLACE_FORMAT_VERSION,
     ]
@@ -154,7 +159,7 @@ pub fn decode(
         return Err(corrupt(format!("its head would be {head_len} bytes")));
     }
     let mut head = vec![0u8; usize::try_from(head_len).unwrap_or(usize::MAX)];
-    if version == FORMAT_VERSION {
+    if version >= UNSTRIDED_IMAGE_FORMAT_VERSION {
         with_head_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
     } else {
         with_dctx(|dctx| decompress_frame(dctx, head_frame, &mut head))?;
@@ -188,7 +193,7 @@ pub fn decode(
         )));
     }
     let mut page_indexes = Vec::with_capacity(count);
-    if version == FORMAT_VERSION {
+    if version >= UNSTRIDED_IMAGE_FORMAT_VERSION {
         // Gaps in byte lanes (see `encode`).
         let lanes = r.take(4 * count)?;
         let mut next = 0u64;
@@ -263,5 +268,6 @@ pub fn decode(
         page_units,
         frames,
         sparse,
+        image_strides: version == FORMAT_VERSION,
     })
 }

@@ -5,15 +5,26 @@
 /// independent frames; 3: each frame's deltas split into byte lanes; 4:
 /// block strides; 5: the header names the guest build; 6: sparse image
 /// pages stored as their changed words; 7: the head compressed with
-/// [`HEAD_DICTIONARY`]). [`decode`] also reads
-/// [`PLAIN_HEAD_FORMAT_VERSION`] and [`IN_PLACE_FORMAT_VERSION`].
+/// [`HEAD_DICTIONARY`]; 8: dense image pages in the lanes with block
+/// strides, chosen page by page). [`decode`] also reads
+/// [`UNSTRIDED_IMAGE_FORMAT_VERSION`], [`PLAIN_HEAD_FORMAT_VERSION`] and
+/// [`IN_PLACE_FORMAT_VERSION`].
 ///
 /// [`encode`]: crate::encode
 /// [`decode`]: crate::decode
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
+
+/// An older version [`decode`] still reads: format 7, whose image pages in
+/// the lanes have no block stride (their layout byte is 1) and come after
+/// the frame's image pages stored as changed words; the rest is as in
+/// format 8.
+///
+/// [`decode`]: crate::decode
+pub const UNSTRIDED_IMAGE_FORMAT_VERSION: u32 = 7;
 
 /// An older version [`decode`] still reads: format 6, whose head frame is
-/// compressed without a dictionary; the rest is as in format 7.
+/// compressed without a dictionary and whose head lists the page indexes
+/// themselves; the rest is as in format 7.
 ///
 /// [`decode`]: crate::decode
 pub const PLAIN_HEAD_FORMAT_VERSION: u32 = 6;
@@ -86,8 +97,9 @@ pub(crate) const HEAD_FIXED_BYTES: usize = 8 + 4 + 4;
 pub(crate) const HEAD_BYTES_PER_PAGE: usize = 4 + 1;
 
 /// The per-page layout byte of an image page whose delta is stored in
-/// lanes (0: as its changed words; in format 5, in place). For a page
-/// beyond the image the byte is its block stride
+/// lanes without a stride (0: as its changed words; in format 5, in
+/// place); from format 8, this plus `s` for a stride of `s` block units.
+/// For a page beyond the image the byte is its block stride
 /// ([`Checkpoint::block_units`]).
 ///
 /// [`Checkpoint::block_units`]: crate::Checkpoint::block_units

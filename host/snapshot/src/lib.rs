@@ -76,31 +76,38 @@
 //! new values (u32 each), or for a differenced page each value minus the
 //! one before it in the page (the first minus 0, wrapping): the encoder
 //! differences a page whose differences mostly repeat (the links of a
-//! free list the cell filled step by the block size). Then the deltas of all its other pages split into
-//! four lanes: seen as `n` little-endian 4-byte
-//! words, lane `k` (`k·n .. (k+1)·n` of that part) holds byte `k` of every
-//! word, in order. Memory full of 32-bit pointers and NaN-boxed values
-//! repeats its high bytes; grouped by position they compress ~2.5×
-//! smaller, and zstd gets through them ~1.8× faster, than in place.
+//! free list the cell filled step by the block size). Then the deltas of
+//! all its other pages, in page order, split into four lanes: seen as
+//! `n` little-endian 4-byte words, lane `k` (`k·n .. (k+1)·n` of that
+//! part) holds byte `k` of every word, in order. Memory full of 32-bit
+//! pointers and NaN-boxed values repeats its high bytes; grouped by
+//! position they compress ~2.5× smaller, and zstd gets through them ~1.8×
+//! faster, than in place.
 //!
-//! - An image page's layout byte says where its delta is: 0 as changed
-//!   words, 1 in the lanes. The encoder puts a frame's image pages in the
-//!   lanes when their deltas are dense (one word in eight or more differs:
-//!   a garbage collection relinked the runtime's objects); sparse ones are
-//!   smaller, and restore faster, as changed words. Format 5
-//!   ([`IN_PLACE_FORMAT_VERSION`], still read) stored them as whole XOR
-//!   deltas in place, 4 KiB each.
+//! - An image page's layout byte says where its delta (its XOR with the
+//!   image page) is: 0 as changed words, `1 + s` in the lanes, with a
+//!   block stride of `s` units (below) when `s > 0`. The encoder decides
+//!   page by page: a page whose delta is dense (one word in eight or more
+//!   differs: a garbage collection relinked the runtime's objects, or the
+//!   cell filled free heap of the image) goes in the lanes; sparse ones
+//!   are smaller, and restore faster, as changed words. Format 7
+//!   ([`UNSTRIDED_IMAGE_FORMAT_VERSION`], still read) had no strides on
+//!   image pages (their layout byte was 1) and decided for a whole frame;
+//!   format 5 ([`IN_PLACE_FORMAT_VERSION`], still read) stored sparse
+//!   image pages as whole XOR deltas in place, 4 KiB each.
 //! - A page beyond the image (the heap the cell grew) is its own delta,
-//!   and its layout byte is a block stride `s` in [`BLOCK_UNIT_BYTES`]:
-//!   when `s > 0`, each word from word `w = 4s` on is stored minus the
-//!   word `w` words earlier in the page (wrapping), the first `w` as they
-//!   are. The guest allocator lays pages out in equal blocks (its size
-//!   classes), and the same field of neighbouring blocks (a shape, a
-//!   reference count, an index, the address of the next block) repeats or
-//!   grows by a constant: the differences are mostly zeros and repeats.
-//!   The encoder takes the hint [`Checkpoint::block_units`] and picks 1 to
-//!   4 times it (objects of two kinds often alternate in one class), or
-//!   none, by sampling the page.
+//!   and its layout byte is its block stride `s`.
+//! - A block stride `s` is in [`BLOCK_UNIT_BYTES`]: when `s > 0`, each
+//!   word of the delta from word `w = 4s` on is stored minus the word `w`
+//!   words earlier (wrapping), the first `w` as they are. The guest
+//!   allocator lays pages out in equal blocks (its size classes, and
+//!   QuickJS's arenas), and the same field of neighbouring blocks (a
+//!   shape, a reference count, an index, the address of the next block)
+//!   repeats or grows by a constant: the differences are mostly zeros and
+//!   repeats. The encoder takes the hint [`Checkpoint::block_units`] and
+//!   picks 1 to 4 times it (objects of two kinds often alternate in one
+//!   class), or without a hint any stride up to 512 bytes, or none, by
+//!   sampling the page.
 //!
 //! The size bounded by `max_payload_bytes` (quickcell's `maxSnapshotBytes`)
 //! is the uncompressed payload — head plus changed pages — so the limit
@@ -125,7 +132,8 @@
 //! instance's: the image, zeros beyond it): the changed words through a
 //! per-thread buffer of at most 3 MiB (a frame of pages with every word
 //! changed), the lanes through one of at most one frame (2 MiB), XORed
-//! in, then adds back each strided page's earlier words.
+//! in, then adds back each strided page's earlier words (for an image
+//! page, in a 4 KiB scratch before the delta is XORed in).
 //! Nothing of the size of the memory is allocated on the way.
 
 /// The README's examples, run as doc tests so that they stay true.
@@ -149,7 +157,7 @@ pub use encoder::{encode, Checkpoint, Encoded};
 pub use format::{
     SnapshotError, BLOCK_UNIT_BYTES, FORMAT_VERSION, HEAD_DICTIONARY, IN_PLACE_FORMAT_VERSION,
     MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PLAIN_HEAD_FORMAT_VERSION,
-    WASM_PAGE_BYTES,
+    UNSTRIDED_IMAGE_FORMAT_VERSION, WASM_PAGE_BYTES,
 };
 pub use pages::{changed_image_runs, prefault};
 pub use pool::{MAX_CODEC_THREADS, PARALLEL_PAYLOAD_BYTES};

@@ -3,7 +3,7 @@
 //! codec pool when large.
 
 use crate::decoder::Snapshot;
-use crate::format::{corrupt, SnapshotError, PAGE_BYTES, VALUES_DIFFERENCED};
+use crate::format::{corrupt, SnapshotError, IMAGE_PAGE_IN_LANES, PAGE_BYTES, VALUES_DIFFERENCED};
 use crate::frames::{fill, finish_frame, reset, with_dctx};
 use crate::lanes::{join_page, stride_words, PAGE_WORDS};
 use crate::pages::{inside_image, prefault, run_end, xor_in_place};
@@ -54,6 +54,7 @@ impl Snapshot<'_> {
                 memory: region,
                 base: start,
                 sparse: self.sparse,
+                image_strides: self.image_strides,
             });
         }
         run_parallel(jobs, self.page_indexes.len() * PAGE_BYTES, |job| {
@@ -85,6 +86,8 @@ struct FrameJob<'s, 'm> {
     base: usize,
     /// [`Snapshot::sparse`].
     sparse: bool,
+    /// [`Snapshot::image_strides`].
+    image_strides: bool,
 }
 
 impl FrameJob<'_, '_> {
@@ -95,46 +98,53 @@ impl FrameJob<'_, '_> {
     fn run(mut self, image_bytes: usize) -> Result<(), SnapshotError> {
         self.prefault();
         let inside = inside_image(self.pages, image_bytes);
-        // Image pages of layout 0 come first; the rest are in lanes.
-        let in_place = self.units[..inside]
-            .iter()
-            .take_while(|&&layout| layout == 0)
-            .count();
-        let (deltas, beyond) = self.pages.split_at(in_place);
+        // Image pages of layout 0 are stored as their changed words (format
+        // 5: as deltas in place); the others, and the pages beyond the
+        // image, are in the lanes. Each group in page order.
+        let (deltas, in_lanes): (Vec<usize>, Vec<usize>) =
+            (0..self.pages.len()).partition(|&k| k < inside && self.units[k] == 0);
+        let deltas: Vec<u32> = deltas.into_iter().map(|k| self.pages[k]).collect();
         with_dctx(|dctx| {
             reset(dctx)?;
             let mut input = zstd::zstd_safe::InBuffer::around(self.frame);
             let mut ended = false;
             if self.sparse && !deltas.is_empty() {
-                ended = self.write_changed_words(dctx, &mut input, deltas)?;
+                ended = self.write_changed_words(dctx, &mut input, &deltas)?;
             } else {
                 let mut delta = [0u8; PAGE_BYTES];
-                for &index in deltas {
+                for &index in &deltas {
                     ended = fill(dctx, &mut input, &mut delta)?;
                     let at = index as usize * PAGE_BYTES - self.base;
                     xor_in_place(&mut self.memory[at..at + PAGE_BYTES], &delta);
                 }
             }
-            if !beyond.is_empty() {
+            if !in_lanes.is_empty() {
                 LANES.with(|cell| {
                     let mut scratch = cell.borrow_mut();
-                    let bytes = beyond.len() * PAGE_BYTES;
+                    let bytes = in_lanes.len() * PAGE_BYTES;
                     if scratch.len() < bytes {
                         scratch.resize(bytes, 0);
                     }
                     let lanes = &mut scratch[..bytes];
                     ended = fill(dctx, &mut input, lanes)?;
-                    let units = &self.units[in_place..];
-                    for (slot, (&index, &units)) in beyond.iter().zip(units).enumerate() {
-                        let at = index as usize * PAGE_BYTES - self.base;
+                    for (slot, &k) in in_lanes.iter().enumerate() {
+                        let at = self.pages[k] as usize * PAGE_BYTES - self.base;
                         let page = &mut self.memory[at..at + PAGE_BYTES];
-                        // An image page's layout byte is not a stride.
-                        let stride = if in_place + slot < inside {
-                            0
+                        let layout = self.units[k];
+                        if k >= inside {
+                            join_page(lanes, slot, page, stride_words(layout));
+                        } else if !self.image_strides || layout == IMAGE_PAGE_IN_LANES {
+                            // Before format 8 an image page's layout byte
+                            // is no stride.
+                            join_page(lanes, slot, page, 0);
                         } else {
-                            stride_words(units)
-                        };
-                        join_page(lanes, slot, page, stride);
+                            // The stride is of the delta: undone before
+                            // the delta is XORed into the image page.
+                            let mut delta = [0u8; PAGE_BYTES];
+                            let stride = stride_words(layout - IMAGE_PAGE_IN_LANES);
+                            join_page(lanes, slot, &mut delta, stride);
+                            xor_in_place(page, &delta);
+                        }
                     }
                     Ok::<_, SnapshotError>(())
                 })?;

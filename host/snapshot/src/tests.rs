@@ -241,12 +241,13 @@ fn large_snapshots_round_trip_through_parallel_frames() {
     assert!(encoded.payload_bytes >= PARALLEL_PAYLOAD_BYTES);
     let snap = decode(&encoded.bytes, GUEST, 1 << 30).unwrap();
     assert!(snap.frames.len() > 4, "{} frames", snap.frames.len());
-    // The image pages' deltas are dense: they are stored in lanes.
+    // The image pages' deltas are dense: they are stored in lanes (with or
+    // without a stride).
     let inside = inside_image(&snap.page_indexes, image.len());
     assert!(inside > 0);
     assert!(snap.page_units[..inside]
         .iter()
-        .all(|&layout| layout == IMAGE_PAGE_IN_LANES));
+        .all(|&layout| layout >= IMAGE_PAGE_IN_LANES));
     let mut restored = image.clone();
     restored.resize(memory.len(), 0);
     snap.apply(&mut restored, image.len()).unwrap();
@@ -744,13 +745,13 @@ fn a_format_5_snapshot_still_restores_and_other_versions_are_refused() {
     restored.resize(memory.len(), 0);
     snap.apply(&mut restored, image.len()).unwrap();
     assert!(restored == memory);
-    // This build writes format 7, and restores it to the same memory.
+    // This build writes format 8, and restores it to the same memory.
     let mut c = checkpoint(&memory, &image, 0..0);
     let units = [2u8; 3];
     c.block_units = &units;
     let now = encode(&c).unwrap().bytes;
     assert_eq!(now[8..12], FORMAT_VERSION.to_le_bytes());
-    assert_eq!(FORMAT_VERSION, 7);
+    assert_eq!(FORMAT_VERSION, 8);
     let mut again = image.clone();
     again.resize(memory.len(), 0);
     decode(&now, GUEST, 1 << 30)
@@ -758,7 +759,7 @@ fn a_format_5_snapshot_still_restores_and_other_versions_are_refused() {
         .apply(&mut again, image.len())
         .unwrap();
     assert!(again == memory);
-    for version in [4u32, 8] {
+    for version in [4u32, 9] {
         let mut v = bytes.to_vec();
         v[8..12].copy_from_slice(&version.to_le_bytes());
         assert_eq!(
@@ -841,6 +842,157 @@ fn format_7_heads_use_the_dictionary_and_format_6_still_restores() {
         decode(&v, GUEST, 1 << 30),
         Err(SnapshotError::Corrupt(_))
     ));
+}
+
+/// A page of 48-byte records laid over `base`: the delta a cell that
+/// filled free image heap with objects leaves (a header, a pointer that
+/// steps by the record size, an index, a shape).
+fn records_over(base: &[u8]) -> Vec<u8> {
+    let mut page = base.to_vec();
+    for (k, record) in page.chunks_exact_mut(48).enumerate() {
+        let fields = [1u32, 0x0048_0000 + 48 * k as u32, k as u32, 0x0042_6440];
+        for (at, field) in fields.iter().enumerate() {
+            let word = u32::from_le_bytes(record[4 * at..4 * at + 4].try_into().unwrap());
+            record[4 * at..4 * at + 4].copy_from_slice(&(word ^ field).to_le_bytes());
+        }
+    }
+    page
+}
+
+/// Format 8 decides page by page: dense image pages go in the lanes with
+/// a block stride (of their delta, so also over an image page that is not
+/// zero), sparse ones among them as changed words, and all restore
+/// exactly. The stride found without a hint is the records' (3 units).
+/// Read as format 7 (which has no image strides) the same bytes restore
+/// to other memory: why the version changed.
+#[test]
+fn format_8_stores_dense_image_pages_with_strides_page_by_page() {
+    let mut image = vec![0u8; WASM_PAGE_BYTES];
+    for (i, byte) in image[2 * PAGE_BYTES..3 * PAGE_BYTES].iter_mut().enumerate() {
+        *byte = (i * 7 % 251) as u8;
+    }
+    let mut memory = image.clone();
+    memory.resize(2 * WASM_PAGE_BYTES, 0);
+    // Page 0: records over zeros; 1: one changed word; 2: records over a
+    // pattern; 3: one changed word; 17: records beyond the image.
+    let page = |k: usize| k * PAGE_BYTES..(k + 1) * PAGE_BYTES;
+    for k in [0, 2, 17] {
+        let filled = records_over(&memory[page(k)]);
+        memory[page(k)].copy_from_slice(&filled);
+    }
+    memory[PAGE_BYTES + 40] = 9;
+    memory[3 * PAGE_BYTES + 400] = 9;
+    for hint in [0u8, 3] {
+        let mut c = checkpoint(&memory, &image, 0..0);
+        let units = [hint; 2];
+        c.block_units = &units;
+        let eight = encode(&c).unwrap().bytes;
+        assert_eq!(eight[8..12], 8u32.to_le_bytes());
+        let snap = decode(&eight, GUEST, 1 << 30).unwrap();
+        assert_eq!(snap.page_indexes, [0, 1, 2, 3, 17]);
+        // 1 + 3 units for the dense image pages, 0 for the sparse ones.
+        assert_eq!(snap.page_units, [4, 0, 4, 0, 3], "hint {hint}");
+        let mut restored = image.clone();
+        restored.resize(memory.len(), 0);
+        snap.apply(&mut restored, image.len()).unwrap();
+        assert!(restored == memory, "hint {hint}");
+        let mut seven = eight.clone();
+        seven[8..12].copy_from_slice(&7u32.to_le_bytes());
+        let mut misread = image.clone();
+        misread.resize(memory.len(), 0);
+        decode(&seven, GUEST, 1 << 30)
+            .unwrap()
+            .apply(&mut misread, image.len())
+            .unwrap();
+        assert!(misread != memory);
+    }
+}
+
+/// `bytes` (format 8, one frame of pages) with the layout bytes `units`.
+fn with_layouts(bytes: &[u8], units: &[u8]) -> Vec<u8> {
+    let snap = decode(bytes, GUEST, 1 << 30).unwrap();
+    let mut head = Vec::new();
+    head.extend_from_slice(&(snap.memory_bytes as u64).to_le_bytes());
+    head.extend_from_slice(&snap.stack_pointer.to_le_bytes());
+    head.extend_from_slice(&(snap.host_state.len() as u32).to_le_bytes());
+    head.extend_from_slice(&snap.host_state);
+    head.extend_from_slice(&(snap.page_count() as u32).to_le_bytes());
+    let mut before = None;
+    let gaps: Vec<[u8; 4]> = snap
+        .page_indexes
+        .iter()
+        .map(|&index| {
+            let gap = before.map_or(index, |b: u32| index - b - 1);
+            before = Some(index);
+            gap.to_le_bytes()
+        })
+        .collect();
+    for lane in 0..4 {
+        head.extend(gaps.iter().map(|gap| gap[lane]));
+    }
+    head.extend_from_slice(units);
+    let (_, _, pages) = crate::frames::next_frame(&bytes[crate::format::HEADER_BYTES..]).unwrap();
+    let mut payload = fuzz::frame(&head);
+    payload.extend_from_slice(pages);
+    fuzz::seal_as(FORMAT_VERSION, &payload)
+}
+
+/// Any layout byte on any page of a format-8 snapshot is read without a
+/// panic: an error (the page data no longer matches) or a restore of
+/// other bytes; the layout bytes as encoded restore exactly.
+#[test]
+fn every_format_8_layout_byte_is_read_without_a_panic() {
+    let image = vec![0u8; WASM_PAGE_BYTES];
+    let mut memory = image.clone();
+    memory.resize(2 * WASM_PAGE_BYTES, 0);
+    let page = |k: usize| k * PAGE_BYTES..(k + 1) * PAGE_BYTES;
+    for k in [0, 17] {
+        let filled = records_over(&memory[page(k)]);
+        memory[page(k)].copy_from_slice(&filled);
+    }
+    memory[PAGE_BYTES + 40] = 9;
+    let bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let encoded = decode(&bytes, GUEST, 1 << 30).unwrap().page_units;
+    assert_eq!(encoded, [4, 0, 3]);
+    assert_eq!(
+        fuzz::decode_and_apply(&with_layouts(&bytes, &encoded), 1 << 20),
+        (true, true)
+    );
+    for at in 0..encoded.len() {
+        for layout in [0u8, 1, 2, 5, 128, 129, 130, 200, 254, 255] {
+            let mut units = encoded.clone();
+            units[at] = layout;
+            fuzz::decode_and_apply(&with_layouts(&bytes, &units), 1 << 20);
+        }
+    }
+}
+
+/// Format 7 (image pages in the lanes without strides, after the frame's
+/// sparse ones) still restores: a snapshot whose layout bytes are all 0
+/// or 1 reads the same as format 7 and format 8.
+#[test]
+fn a_format_7_snapshot_still_restores() {
+    let image = vec![0u8; WASM_PAGE_BYTES];
+    let mut memory = image.clone();
+    // A sparse page, then a dense one with no stride (noise).
+    memory[40] = 9;
+    let mut x = 0x9e37_79b9u32;
+    for word in memory[PAGE_BYTES..2 * PAGE_BYTES].chunks_exact_mut(4) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        word.copy_from_slice(&x.to_le_bytes());
+    }
+    let mut c = checkpoint(&memory, &image, 0..0);
+    let units = [0u8; 1];
+    c.block_units = &units;
+    let mut bytes = encode(&c).unwrap().bytes;
+    bytes[8..12].copy_from_slice(&crate::UNSTRIDED_IMAGE_FORMAT_VERSION.to_le_bytes());
+    let snap = decode(&bytes, GUEST, 1 << 30).unwrap();
+    assert_eq!(snap.page_units, [0, 1]);
+    let mut restored = image.clone();
+    snap.apply(&mut restored, image.len()).unwrap();
+    assert!(restored == memory);
 }
 
 /// Obeyed: format-7 page indexes are read back from their gaps. Violated:
