@@ -90,6 +90,22 @@ const HUGE_HEADER: usize = 16;
 /// [`PAGE_CLASS`] of a page of a huge block's run.
 const HUGE: u8 = 254;
 
+/// [`PAGE_CLASS`] of a span of arena blocks ([`ARENA_BLOCK`] bytes each).
+const ARENA: u8 = 252;
+
+/// Size of an arena block: QuickJS-ng 0.16 takes its small blocks from
+/// arenas of at most 4 KiB (its `JS_ARENA_SIZE`), one allocation each.
+/// Served from whole-page spans like a size class, an arena's page is
+/// released and zeroed at a checkpoint once all its arenas are free,
+/// instead of staying dirty in the large blocks' dlmalloc heap.
+const ARENA_BLOCK: usize = 4096;
+
+/// Blocks above this size, up to [`ARENA_BLOCK`], are arena blocks.
+const ARENA_MIN: usize = ARENA_BLOCK - 512;
+
+/// Arena blocks in a span page.
+const ARENA_BLOCKS_PER_PAGE: usize = WASM_PAGE / ARENA_BLOCK;
+
 /// [`PAGE_CLASS`] of a free page that may hold old data.
 const FREE_DIRTY: u8 = 253;
 
@@ -118,6 +134,9 @@ struct State {
     /// [`reset_allocated_bytes`] (counted off the fast paths: a small block
     /// taken from a free list or the current span is not counted).
     allocated: u64,
+    /// Head of the arena blocks' free list, and their carve like `carve`.
+    arena_free: usize,
+    arena_carve: (usize, usize),
     large: dlmalloc::Dlmalloc,
 }
 
@@ -132,6 +151,8 @@ static STATE: Global = Global(core::cell::UnsafeCell::new(State {
     free_pages: 0,
     lowest_free: usize::MAX,
     allocated: 0,
+    arena_free: 0,
+    arena_carve: (0, 0),
     large: dlmalloc::Dlmalloc::new(),
 }));
 
@@ -305,6 +326,27 @@ pub(crate) fn release_free_pages() {
                 block = *(block as *const usize);
             }
         }
+        let mut block = (*s).arena_free;
+        while block != 0 {
+            free_blocks[block / WASM_PAGE] += 1;
+            block = *(block as *const usize);
+        }
+        let arena_carving = match (*s).arena_carve {
+            (_, 0) => usize::MAX,
+            (_, end) => (end - 1) / WASM_PAGE,
+        };
+        let arena_releasable = |page: usize| {
+            free_blocks[page] as usize == ARENA_BLOCKS_PER_PAGE && page != arena_carving
+        };
+        let mut link: *mut usize = &mut (*s).arena_free;
+        while *link != 0 {
+            let block = *link;
+            if arena_releasable(block / WASM_PAGE) {
+                *link = *(block as *const usize);
+            } else {
+                link = block as *mut usize;
+            }
+        }
         // Unlink the blocks of the pages about to go; their link words are
         // read before the pages are zeroed.
         for class in 1..CLASSES {
@@ -319,7 +361,8 @@ pub(crate) fn release_free_pages() {
             }
         }
         for (page, kind) in classes.iter_mut().enumerate().take(pages) {
-            let released = is_class(*kind as usize) && releasable(page, *kind as usize);
+            let released = (is_class(*kind as usize) && releasable(page, *kind as usize))
+                || (*kind == ARENA && arena_releasable(page));
             if released {
                 (*s).free_pages += 1;
                 (*s).lowest_free = (*s).lowest_free.min(page);
@@ -469,7 +512,7 @@ unsafe fn large_header(block: *mut u8) -> (*mut u8, usize) {
 /// no shadow-stack frame and saves few registers: QuickJS allocates a few
 /// blocks for every object and string it makes.
 #[inline(always)]
-unsafe fn alloc(size: usize) -> *mut u8 {
+pub(crate) unsafe fn alloc(size: usize) -> *mut u8 {
     if size <= SMALL_MAX {
         if let Some(block) = take_block(size.max(1).div_ceil(CLASS_STEP)) {
             return block;
@@ -484,6 +527,8 @@ unsafe fn alloc(size: usize) -> *mut u8 {
 unsafe fn alloc_slow(size: usize) -> *mut u8 {
     if size <= SMALL_MAX {
         refill(size.max(1).div_ceil(CLASS_STEP))
+    } else if size > ARENA_MIN && size <= ARENA_BLOCK {
+        arena_alloc()
     } else if size < HUGE_MIN {
         large_alloc(size, CLASS_STEP)
     } else {
@@ -494,7 +539,7 @@ unsafe fn alloc_slow(size: usize) -> *mut u8 {
 /// `free`'s fast path (a small block goes back on its class's free list);
 /// large and huge blocks go to [`release_slow`].
 #[inline(always)]
-unsafe fn release(block: *mut u8) {
+pub(crate) unsafe fn release(block: *mut u8) {
     let class = class_of_page(block as usize);
     if is_class(class) {
         let s = state();
@@ -505,11 +550,46 @@ unsafe fn release(block: *mut u8) {
     }
 }
 
-/// `free` of a large or huge block.
+/// An arena block: from the free list, the current span, or a new span.
+unsafe fn arena_alloc() -> *mut u8 {
+    let s = state();
+    let head = (*s).arena_free;
+    if head != 0 {
+        (*s).arena_free = *(head as *const usize);
+        return head as *mut u8;
+    }
+    let (next, end) = (*s).arena_carve;
+    if next < end {
+        (*s).arena_carve.0 = next + ARENA_BLOCK;
+        return next as *mut u8;
+    }
+    let Some(page) = take_pages(1) else {
+        return ptr::null_mut();
+    };
+    (*s).allocated += WASM_PAGE as u64;
+    let base = page * WASM_PAGE;
+    // As in `refill`: a page a huge block gave back still holds its data,
+    // and QuickJS writes only the block headers of a new arena.
+    if (*PAGE_CLASS.0.get())[page] == FREE_DIRTY {
+        ptr::write_bytes(base as *mut u8, 0, WASM_PAGE);
+    }
+    (*PAGE_CLASS.0.get())[page] = ARENA;
+    (*s).arena_carve = (base + ARENA_BLOCK, base + WASM_PAGE);
+    base as *mut u8
+}
+
+/// `free` of an arena, large or huge block.
 #[cold]
 #[inline(never)]
 unsafe fn release_slow(block: *mut u8, class: usize) {
-    if class == 0 {
+    if class == ARENA as usize {
+        // Zeroed as it is freed (all but the link word), as large blocks
+        // are: neither a snapshot nor the image stores what it held.
+        ptr::write_bytes(block, 0, ARENA_BLOCK);
+        let s = state();
+        *(block as *mut usize) = (*s).arena_free;
+        (*s).arena_free = block as usize;
+    } else if class == 0 {
         // Zeroed as it is freed, so that neither the image nor a snapshot
         // stores what it held (see `zero_free_blocks`); a large block is
         // freed at most as often as it was written.
@@ -530,6 +610,8 @@ unsafe fn usable_size(block: *mut u8) -> usize {
     let class = class_of_page(block as usize);
     if is_class(class) {
         class * CLASS_STEP
+    } else if class == ARENA as usize {
+        ARENA_BLOCK
     } else if class == 0 {
         large_header(block).1
     } else {
@@ -541,7 +623,7 @@ unsafe fn usable_size(block: *mut u8) -> usize {
 /// block would be left less than half used (QuickJS trims its string
 /// buffers with `realloc`: keeping the slack would double their memory).
 #[inline(always)]
-unsafe fn resize(block: *mut u8, size: usize) -> *mut u8 {
+pub(crate) unsafe fn resize(block: *mut u8, size: usize) -> *mut u8 {
     if !block.is_null() && size != 0 {
         let old = usable_size(block);
         let fits = if old <= SMALL_MAX {
@@ -641,8 +723,8 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
     0
 }
 
-/// `malloc_usable_size`. (QuickJS does not call it on WASI; see
-/// [`quickjs::usable_size`].)
+/// `malloc_usable_size`. (QuickJS does not call it: see
+/// `GuestAllocator::usable_size` in `engine.rs`.)
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(block: *mut c_void) -> usize {
     usable_size(block.cast())
@@ -664,64 +746,4 @@ pub unsafe extern "C" fn __libc_free(block: *mut c_void) {
 #[no_mangle]
 pub unsafe extern "C" fn __libc_calloc(count: usize, size: usize) -> *mut c_void {
     calloc(count, size)
-}
-
-/// QuickJS's allocator hooks (the fields of its `JSMallocFunctions`),
-/// each straight over this allocator's fast paths. QuickJS's defaults
-/// (`js_def_malloc` and friends) only forward to `malloc`, `free`,
-/// `calloc` and `realloc`: one wasm call more on every block QuickJS
-/// takes or gives back, and under Wasmtime each call pays a stack and a
-/// fuel check. See `install_allocator` in `lib.rs`.
-pub(crate) mod quickjs {
-    use super::*;
-
-    /// C's `size_t` as the QuickJS bindings spell it (32 bits in wasm32).
-    type SizeT = u32;
-
-    /// `js_calloc`.
-    pub(crate) unsafe extern "C" fn calloc(
-        _: *mut c_void,
-        count: SizeT,
-        size: SizeT,
-    ) -> *mut c_void {
-        super::calloc(count as usize, size as usize)
-    }
-
-    /// `js_malloc`.
-    pub(crate) unsafe extern "C" fn malloc(_: *mut c_void, size: SizeT) -> *mut c_void {
-        alloc(size as usize).cast()
-    }
-
-    /// `js_free`.
-    pub(crate) unsafe extern "C" fn free(_: *mut c_void, block: *mut c_void) {
-        release(block.cast())
-    }
-
-    /// `js_realloc`.
-    pub(crate) unsafe extern "C" fn realloc(
-        _: *mut c_void,
-        block: *mut c_void,
-        size: SizeT,
-    ) -> *mut c_void {
-        resize(block.cast(), size as usize).cast()
-    }
-
-    /// `js_malloc_usable_size`: 0, as QuickJS's default returns on WASI
-    /// (its `js__malloc_usable_size` knows no `malloc_usable_size` there).
-    /// QuickJS then counts 8 bytes per block (its `MALLOC_OVERHEAD`)
-    /// towards its heap size, its memory limit and its collection
-    /// threshold; keeping that accounting keeps every limit and collection
-    /// where it was. The cell's memory limit is enforced by the
-    /// linear-memory cap (a refused `memory.grow` makes `malloc` return
-    /// null, which QuickJS reports as out of memory) and by QuickJS for a
-    /// single block larger than the limit.
-    pub(crate) unsafe extern "C" fn usable_size(_: *const c_void) -> SizeT {
-        0
-    }
-
-    /// Whether `block` is a small block of this allocator (used to check
-    /// that the hooks being replaced allocate here).
-    pub(crate) fn is_small_block(block: *mut c_void) -> bool {
-        !block.is_null() && is_class(class_of_page(block as usize))
-    }
 }

@@ -1,4 +1,4 @@
-//! The quickcell guest: QuickJS (through javy) compiled to a core
+//! The quickcell guest: QuickJS-ng (through rquickjs) compiled to a core
 //! `wasm32-wasip1` module.
 //!
 //! The guest is deliberately thin. Its Rust side owns the QuickJS runtime,
@@ -21,14 +21,15 @@
 //! The guest keeps no host handles: everything lives in linear memory, so a
 //! snapshot of memory plus `__stack_pointer` is the whole guest state.
 
-use javy::quickjs::{
+use rquickjs::{
     context::EvalOptions, prelude::Func, qjs, Ctx, Function, Object, Persistent, Promise, Value,
 };
-use javy::{Config, Runtime};
 
 mod alloc;
+mod engine;
 mod plain_json;
 mod project;
+mod text_encoding;
 use serde::Deserialize;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -50,15 +51,11 @@ const PRELUDE: &str = include_str!("prelude.js");
 /// that runs after the last check (parsers, regexp, GC).
 const JS_STACK_BUDGET: u32 = 3 * 1024 * 1024;
 
-/// Automatic cycle-collection threshold of the QuickJS heap, in bytes.
-/// Reference counting frees most garbage; this bounds cyclic garbage.
-const GC_THRESHOLD: usize = 1024 * 1024;
-
 /// File name user code is evaluated under; error frames refer to it.
 const USER_FILE: &str = "quickcell:user.js";
 
 struct State {
-    runtime: Runtime,
+    engine: engine::Engine,
     runner: Persistent<Object<'static>>,
     /// `runner.status`, looked up once.
     status: Persistent<Function<'static>>,
@@ -76,7 +73,7 @@ thread_local! {
     /// Tool handles' argument prefixes as Rust text, keyed by the address
     /// of the handle's JavaScript string, which the entry keeps alive (so
     /// the address cannot be reused while it is a key).
-    static CALL_PREFIXES: RefCell<BTreeMap<usize, (Persistent<javy::quickjs::String<'static>>, String)>> =
+    static CALL_PREFIXES: RefCell<BTreeMap<usize, (Persistent<rquickjs::String<'static>>, String)>> =
         const { RefCell::new(BTreeMap::new()) };
     /// Id of the most recent bridge request (`native.lastRequestId`).
     static LAST_REQUEST_ID: Cell<u64> = const { Cell::new(0) };
@@ -106,7 +103,9 @@ pub extern "C" fn wizer_initialize() {
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         if state.is_none() {
-            *state = Some(build_state().expect("quickcell guest initialization failed"));
+            let built = build_state().expect("quickcell guest initialization failed");
+            engine::measure_initial_heap(runtime_ptr(&built));
+            *state = Some(built);
             alloc::reset_allocated_bytes();
             // The image's free blocks are zero: see `checkpoint`.
             alloc::zero_free_blocks(true);
@@ -115,10 +114,10 @@ pub extern "C" fn wizer_initialize() {
 }
 
 /// `native.projectJson(value)`: see [`project::project_json`].
-fn project_json_native<'js>(ctx: Ctx<'js>, value: Value<'js>) -> javy::quickjs::Result<Value<'js>> {
+fn project_json_native<'js>(ctx: Ctx<'js>, value: Value<'js>) -> rquickjs::Result<Value<'js>> {
     Ok(match project::project_json(&ctx, &value) {
         project::Projected::Text(text) => {
-            javy::quickjs::String::from_str(ctx.clone(), &text)?.into_value()
+            rquickjs::String::from_str(ctx.clone(), &text)?.into_value()
         }
         project::Projected::Undefined => Value::new_undefined(ctx.clone()),
         project::Projected::Fallback => Value::new_null(ctx.clone()),
@@ -143,7 +142,7 @@ fn request_native<'js>(
     ctx: Ctx<'js>,
     method: String,
     args: String,
-) -> javy::quickjs::Result<Promise<'js>> {
+) -> rquickjs::Result<Promise<'js>> {
     request(&ctx, &method, &args)
 }
 
@@ -153,9 +152,9 @@ fn request_native<'js>(
 /// project the input itself (functions, proxies, typed arrays).
 fn call_tool_native<'js>(
     ctx: Ctx<'js>,
-    prefix: javy::quickjs::String<'js>,
+    prefix: rquickjs::String<'js>,
     input: Value<'js>,
-) -> javy::quickjs::Result<Value<'js>> {
+) -> rquickjs::Result<Value<'js>> {
     let mut args = call_prefix(&ctx, prefix)?;
     if input.is_undefined() {
         args.push_str("null");
@@ -173,10 +172,7 @@ fn call_tool_native<'js>(
 /// A handle's argument prefix as Rust text: converted at the handle's first
 /// call, then looked up by address (a handle passes the same string each
 /// time), so a call converts no text and a cell start registers nothing.
-fn call_prefix<'js>(
-    ctx: &Ctx<'js>,
-    prefix: javy::quickjs::String<'js>,
-) -> javy::quickjs::Result<String> {
+fn call_prefix<'js>(ctx: &Ctx<'js>, prefix: rquickjs::String<'js>) -> rquickjs::Result<String> {
     let key = unsafe { qjs::JS_VALUE_GET_PTR(prefix.as_raw()) } as usize;
     if let Some(text) = CALL_PREFIXES.with(|p| p.borrow().get(&key).map(|(_, t)| t.clone())) {
         return Ok(text);
@@ -190,7 +186,7 @@ fn call_prefix<'js>(
 /// Queues a bridge request and returns its pending promise.
 /// The promise comes first: a cell out of heap memory gets its error
 /// without the host having started anything.
-fn request<'js>(ctx: &Ctx<'js>, method: &str, args: &str) -> javy::quickjs::Result<Promise<'js>> {
+fn request<'js>(ctx: &Ctx<'js>, method: &str, args: &str) -> rquickjs::Result<Promise<'js>> {
     let (promise, resolve, reject) = Promise::new(ctx)?;
     let id = host::request(method, args);
     LAST_REQUEST_ID.set(id);
@@ -233,19 +229,8 @@ fn settle_one<'js>(ctx: &Ctx<'js>, state: &State, settlement: &Settlement<'_>) {
 }
 
 fn build_state() -> anyhow_like::Result<State> {
-    let mut config = Config::default();
-    config
-        .text_encoding(true)
-        .performance(true)
-        .gc_threshold(GC_THRESHOLD)
-        .javy_stream_io(false);
-    let runtime = Runtime::new(config).map_err(|e| e.to_string())?;
-    install_allocator(
-        runtime
-            .context()
-            .with(|ctx| unsafe { qjs::JS_GetRuntime(ctx.as_raw().as_ptr()) }),
-    )?;
-    let runner = runtime.context().with(|ctx| -> anyhow_like::Result<_> {
+    let engine = engine::build()?;
+    let runner = engine.context.with(|ctx| -> anyhow_like::Result<_> {
         install_stack_guard(&ctx)?;
         let native = Object::new(ctx.clone()).map_err(|e| e.to_string())?;
         native
@@ -347,7 +332,7 @@ fn build_state() -> anyhow_like::Result<State> {
     })?;
     let (runner, status) = runner;
     Ok(State {
-        runtime,
+        engine,
         runner,
         status,
     })
@@ -359,7 +344,7 @@ mod anyhow_like {
     pub type Result<T> = std::result::Result<T, String>;
 }
 
-fn describe_js_error(ctx: &Ctx<'_>, err: javy::quickjs::Error) -> String {
+fn describe_js_error(ctx: &Ctx<'_>, err: rquickjs::Error) -> String {
     if err.is_exception() {
         let exc = ctx.catch();
         if let Some(obj) = exc.as_object() {
@@ -449,52 +434,10 @@ fn with_state<R>(f: impl FnOnce(&State) -> R) -> R {
     STATE.with(|state| f(state.borrow().as_ref().expect("initialized")))
 }
 
-/// Points the QuickJS runtime's allocator hooks straight at the guest
-/// allocator ([`alloc::quickjs`]) instead of QuickJS's defaults, which
-/// forward to the same `malloc` family one call deeper. Measured on the
-/// comparison cell (1,000 records): ~9% less guest time, 0.5% less fuel.
-///
-/// QuickJS has no call to replace the hooks of a live runtime, and javy
-/// creates the runtime with the defaults. The hooks are the first field
-/// of `JSRuntime` (`JSMallocFunctions mf`, in quickjs-ng 0.15 as bundled by
-/// rquickjs-sys 0.12.2, pinned in `Cargo.lock`), so they are overwritten
-/// there. Before that, the hooks found in place must behave as the
-/// defaults: `js_malloc` must hand out a small block of this allocator and
-/// `js_malloc_usable_size` must answer 0. In wasm a wrong function pointer
-/// traps at the call instead of corrupting memory, so a layout that moved
-/// fails pre-initialization loudly.
-fn install_allocator(rt: *mut qjs::JSRuntime) -> anyhow_like::Result<()> {
-    let hooks = rt.cast::<qjs::JSMallocFunctions>();
-    // SAFETY: see above; the runtime is live and single-threaded.
-    unsafe {
-        let (Some(malloc), Some(free), Some(usable_size)) = (
-            (*hooks).js_malloc,
-            (*hooks).js_free,
-            (*hooks).js_malloc_usable_size,
-        ) else {
-            return Err("the QuickJS runtime has no allocator hooks".into());
-        };
-        let probe = malloc(core::ptr::null_mut(), 24);
-        let behaves = alloc::quickjs::is_small_block(probe) && usable_size(probe) == 0;
-        free(core::ptr::null_mut(), probe);
-        if !behaves {
-            return Err("the QuickJS allocator hooks are not where they were expected".into());
-        }
-        *hooks = qjs::JSMallocFunctions {
-            js_calloc: Some(alloc::quickjs::calloc),
-            js_malloc: Some(alloc::quickjs::malloc),
-            js_free: Some(alloc::quickjs::free),
-            js_realloc: Some(alloc::quickjs::realloc),
-            js_malloc_usable_size: Some(alloc::quickjs::usable_size),
-        };
-    }
-    Ok(())
-}
-
 fn runtime_ptr(state: &State) -> *mut qjs::JSRuntime {
     state
-        .runtime
-        .context()
+        .engine
+        .context
         .with(|ctx| unsafe { qjs::JS_GetRuntime(ctx.as_raw().as_ptr()) })
 }
 
@@ -515,14 +458,13 @@ fn drain_jobs(state: &State) {
             // runner records the failure (as `status_json` does); without
             // that the report itself could fail, the queue would drain and
             // the cell would look pending with nothing left to do.
-            let rt = runtime_ptr(state);
-            unsafe { qjs::JS_SetMemoryLimit(rt, usize::MAX as _) };
-            state.runtime.context().with(|ctx| {
+            let limit = engine::heap_limit();
+            engine::set_heap_limit(usize::MAX);
+            state.engine.context.with(|ctx| {
                 let exc = ctx.catch();
                 call_runner(&ctx, state, "jobError", (exc,));
             });
-            let limit = HEAP_LIMIT.with(|l| *l.borrow());
-            unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
+            engine::set_heap_limit(limit);
         }
     }
 }
@@ -534,7 +476,7 @@ fn drain_jobs(state: &State) {
 /// every cell; this costs a few thousand, and a cell pays for the handles it
 /// uses. Each accessor function carries `[name, materializeTool]` as its
 /// data (`JS_NewCFunctionData`), so no Rust state is involved.
-fn install_tool_globals(ctx: &Ctx<'_>, state: &State, names: &str) -> javy::quickjs::Result<()> {
+fn install_tool_globals(ctx: &Ctx<'_>, state: &State, names: &str) -> rquickjs::Result<()> {
     if names.is_empty() {
         return Ok(());
     }
@@ -581,7 +523,7 @@ fn install_tool_globals(ctx: &Ctx<'_>, state: &State, names: &str) -> javy::quic
         }
         qjs::JS_FreeValue(raw, global);
         if failed {
-            return Err(javy::quickjs::Error::Exception);
+            return Err(rquickjs::Error::Exception);
         }
     }
     Ok(())
@@ -618,7 +560,7 @@ unsafe extern "C" fn tool_global_set(
     qjs::JS_UNDEFINED
 }
 
-fn call_runner<'js, A: javy::quickjs::function::IntoArgs<'js>>(
+fn call_runner<'js, A: rquickjs::function::IntoArgs<'js>>(
     ctx: &Ctx<'js>,
     state: &State,
     method: &str,
@@ -640,11 +582,16 @@ fn call_runner<'js, A: javy::quickjs::function::IntoArgs<'js>>(
 /// reported; the wasm linear-memory cap set by the host still applies.
 fn status_json(state: &State) -> String {
     if !FINISHED.get() {
-        return PENDING_STATUS.to_string();
+        return if engine::heap_refused() {
+            PENDING_AFTER_REFUSAL_STATUS
+        } else {
+            PENDING_STATUS
+        }
+        .to_string();
     }
-    let rt = runtime_ptr(state);
-    unsafe { qjs::JS_SetMemoryLimit(rt, usize::MAX as _) };
-    let status = state.runtime.context().with(|ctx| {
+    let limit = engine::heap_limit();
+    engine::set_heap_limit(usize::MAX);
+    let status = state.engine.context.with(|ctx| {
         let status = state.status.clone().restore(&ctx).ok()?;
         match status.call::<_, Value>(()) {
             Ok(v) => v.as_string().and_then(|s| s.to_string().ok()),
@@ -654,8 +601,7 @@ fn status_json(state: &State) -> String {
             }
         }
     });
-    let limit = HEAP_LIMIT.with(|l| *l.borrow());
-    unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
+    engine::set_heap_limit(limit);
     status.unwrap_or_else(|| {
         r#"{"state":"failed","kind":"internal","error":"InternalError: the guest could not report the cell status"}"#
             .to_string()
@@ -665,11 +611,9 @@ fn status_json(state: &State) -> String {
 /// Status of a cell without an outcome yet.
 const PENDING_STATUS: &str = r#"{"state":"pending"}"#;
 
-thread_local! {
-    /// The cell's QuickJS heap limit in bytes (`usize::MAX` = none), kept
-    /// here so it can be restored after status reporting lifts it.
-    static HEAP_LIMIT: RefCell<usize> = const { RefCell::new(usize::MAX) };
-}
+/// [`PENDING_STATUS`] of a cell whose heap limit refused an allocation
+/// ([`engine::heap_refused`]).
+const PENDING_AFTER_REFUSAL_STATUS: &str = r#"{"state":"pending","heapRefused":true}"#;
 
 /// When a cell goes idle — a `start` or `settle` returns with the cell's
 /// promise still pending, the only points where the host may checkpoint
@@ -725,18 +669,17 @@ impl Guest for Component {
                 .random_seed
                 .and_then(|s| u64::from_str_radix(&s, 16).ok())
             {
-                // javy backs `Math.random` with fastrand's thread-local
-                // generator; without a reseed every instance made from the
+                // `Math.random` is fastrand's thread-local generator
+                // (`engine`); without a reseed every instance made from the
                 // pre-initialized image would repeat the same sequence.
                 fastrand::seed(seed);
             }
-            let rt = runtime_ptr(state);
             if let Some(limit) = options.memory_limit_bytes {
-                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                HEAP_LIMIT.with(|l| *l.borrow_mut() = limit);
-                unsafe { qjs::JS_SetMemoryLimit(rt, limit as _) };
+                engine::set_heap_limit(usize::try_from(limit).unwrap_or(usize::MAX));
             }
-            state.runtime.context().with(|ctx| {
+            engine::clear_heap_refused();
+            engine::set_gc_headroom(runtime_ptr(state));
+            state.engine.context.with(|ctx| {
                 let mut eval = EvalOptions::default();
                 eval.global = true;
                 eval.strict = false;
@@ -772,7 +715,7 @@ impl Guest for Component {
     fn settle(results_json: String) -> bool {
         with_state(|state| {
             let results: Vec<Settlement> = serde_json::from_str(&results_json).unwrap_or_default();
-            state.runtime.context().with(|ctx| {
+            state.engine.context.with(|ctx| {
                 for settlement in &results {
                     settle_one(&ctx, state, settlement);
                 }

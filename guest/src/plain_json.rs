@@ -21,7 +21,7 @@
 //! `JSON.stringify`. `tests/all/output.rs` checks the text against QuickJS's
 //! own `JSON.stringify` for numbers, escapes, key order and omissions.
 
-use javy::quickjs::{qjs, Array, Atom, Ctx, Object, Value};
+use rquickjs::{qjs, Array, Atom, Ctx, Object, Value};
 use std::fmt::Write as _;
 
 /// Deepest nesting written here; the projection stops at 100.

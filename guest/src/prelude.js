@@ -97,6 +97,27 @@
 
   // Reads a data property along the prototype chain without invoking
   // getters; returns undefined for accessors.
+  // QuickJS-ng keeps an Error's stack in the error itself, behind this
+  // accessor of Error.prototype (a native getter that runs no user code).
+  const errorStackGetter = getOwnPropertyDescriptor(errorProto, "stack")?.get;
+
+  // An error's `stack`: an own or inherited data property, or what the
+  // intrinsic accessor holds; never a user getter.
+  function errorStack(error) {
+    let o = error;
+    for (let i = 0; o !== null && i < 10000; i++) {
+      const d = getOwnPropertyDescriptor(o, "stack");
+      if (d !== undefined) {
+        if ("value" in d) return d.value;
+        return d.get !== undefined && d.get === errorStackGetter
+          ? ReflectApply(errorStackGetter, error, [])
+          : undefined;
+      }
+      o = getPrototypeOf(o);
+    }
+    return undefined;
+  }
+
   function dataProp(value, key) {
     let o = value;
     for (let i = 0; o !== null && i < 10000; i++) {
@@ -757,7 +778,7 @@
         const m = dataProp(error, "message");
         name = typeof n === "string" && n !== "" ? n : "Error";
         message = typeof m === "string" ? m : "";
-        stack = dataProp(error, "stack");
+        stack = errorStack(error);
         if (
           hasProto(error, ReferenceErrorProto) &&
           regexpExec(/^'?(require|module|process)'? is not defined$/, message) !== null

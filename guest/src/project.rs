@@ -16,7 +16,7 @@
 //! prelude), proxies (their traps run in a defined order) and typed arrays.
 
 use crate::plain_json::{write_number, write_string};
-use javy::quickjs::{qjs, Ctx, Function, Object, Persistent, Value};
+use rquickjs::{qjs, Ctx, Function, Object, Persistent, Value};
 use std::cell::RefCell;
 use std::ffi::c_void;
 
@@ -59,7 +59,7 @@ pub fn set_intrinsics<'js>(
     let object_proto = Object::new(ctx.clone())
         .ok()
         .and_then(|o| o.get_prototype());
-    let array_proto = javy::quickjs::Array::new(ctx.clone())
+    let array_proto = rquickjs::Array::new(ctx.clone())
         .ok()
         .and_then(|a| a.as_object().get_prototype());
     let (Some(object_proto), Some(array_proto)) = (object_proto, array_proto) else {
@@ -306,7 +306,7 @@ impl<'a, 'js> Projector<'a, 'js> {
             let Ok(to_iso) = self.to_iso.clone().restore(self.ctx) else {
                 return Ok(Step::Fallback);
             };
-            match to_iso.call::<_, Value>((javy::quickjs::function::This(v.clone()),)) {
+            match to_iso.call::<_, Value>((rquickjs::function::This(v.clone()),)) {
                 Ok(s) if s.is_string() => {
                     if write_string(self.ctx, &s, &mut self.out).is_none() {
                         return Ok(Step::Fallback);

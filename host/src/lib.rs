@@ -101,11 +101,10 @@ pub fn guest_build() -> &'static str {
 }
 
 /// The engines under the cells: Wasmtime's version, and the JavaScript
-/// engine built into the guest (javy and rquickjs, and the QuickJS-ng
-/// release that rquickjs bundles). A test checks the crate versions against
+/// engine built into the guest (rquickjs, and the QuickJS-ng release that
+/// rquickjs bundles). A test checks the crate versions against
 /// `Cargo.lock` and `guest/Cargo.lock`.
-pub const ENGINE_VERSIONS: &str =
-    "Wasmtime 48.0.8; guest javy 8.1.0, rquickjs 0.12.2 (QuickJS-ng 0.15.1)";
+pub const ENGINE_VERSIONS: &str = "Wasmtime 48.0.8; guest rquickjs 0.14.0 (QuickJS-ng 0.16.2)";
 pub use error::Error;
 pub use frontends::codex::{
     serve_codex, CodexOptions, CODEX_PROTOCOL_VERSION, MAX_CODEX_FRAME_BYTES,

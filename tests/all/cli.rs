@@ -597,10 +597,6 @@ fn the_engine_versions_are_the_locked_ones() {
             locked(&format!("{root}/Cargo.lock"), "wasmtime")
         ),
         format!(
-            "javy {}",
-            locked(&format!("{root}/guest/Cargo.lock"), "javy")
-        ),
-        format!(
             "rquickjs {}",
             locked(&format!("{root}/guest/Cargo.lock"), "rquickjs")
         ),

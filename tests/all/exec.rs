@@ -206,6 +206,57 @@ async fn text_encoder_and_decoder() {
     assert_eq!(value(&r), json!([11, "héllo 🚀"]));
 }
 
+/// The UTF-8 codec's edges, as the WHATWG Encoding Standard has them: lone
+/// surrogates encode as U+FFFD, invalid bytes decode as U+FFFD (or throw a
+/// `TypeError` when `fatal`), a leading byte order mark is dropped unless
+/// `ignoreBOM`, views decode their own bytes only, `encodeInto` writes whole
+/// code points, and other encodings are refused.
+#[tokio::test]
+async fn text_codec_edges() {
+    let r = run(r#"
+        const enc = new TextEncoder(), dec = new TextDecoder();
+        const bytes = (s) => Array.from(enc.encode(s));
+        let fatal;
+        try { new TextDecoder("utf-8", { fatal: true }).decode(new Uint8Array([0x61, 0xff])); }
+        catch (e) { fatal = e.name; }
+        let label;
+        try { new TextDecoder("latin1"); } catch (e) { label = e.name; }
+        const into = new Uint8Array(5);
+        const wrote = enc.encodeInto("ab🚀c", into);
+        const view = new Uint8Array([0x78, 0x68, 0x69, 0x79]).subarray(1, 3);
+        return [
+            bytes("\ud800"),
+            dec.decode(new Uint8Array([0x61, 0xff, 0x62])),
+            fatal,
+            dec.decode(new Uint8Array([0xef, 0xbb, 0xbf, 0x68])),
+            new TextDecoder("UTF8", { ignoreBOM: true }).decode(new Uint8Array([0xef, 0xbb, 0xbf])).length,
+            dec.decode(view),
+            dec.decode(view.buffer),
+            [wrote.read, wrote.written, Array.from(into)],
+            label,
+            [enc.encoding, dec.encoding, dec.fatal, dec.ignoreBOM],
+            dec.decode(),
+        ];
+    "#)
+    .await;
+    assert_eq!(
+        value(&r),
+        json!([
+            [0xef, 0xbf, 0xbd],
+            "a\u{fffd}b",
+            "TypeError",
+            "h",
+            1,
+            "hi",
+            "xhiy",
+            [2, 2, [0x61, 0x62, 0, 0, 0]],
+            "RangeError",
+            ["utf-8", "utf-8", false, false],
+            ""
+        ])
+    );
+}
+
 #[tokio::test]
 async fn uncaught_error_fails_in_guest_phase_with_frames() {
     let r = run("text('before');\nfunction f() { throw new TypeError('nope'); }\nf();").await;

@@ -63,8 +63,13 @@ impl LiveCell {
                     // .then(loop)` breaks its chain that way), and nothing
                     // observes the rejection. That is the memory limit's
                     // doing, as is a stop at the deadline the deadline's.
+                    // The guest's heap limit may have refused one too (the
+                    // status after a `settle` is not asked for: ask now).
+                    let heap_refused = json == crate::guest_abi::PENDING_AFTER_REFUSAL_STATUS
+                        || self.exports.status(&mut self.store).await.ok().as_deref()
+                            == Some(crate::guest_abi::PENDING_AFTER_REFUSAL_STATUS);
                     let data = self.store.data();
-                    let ending = if data.memory_refused {
+                    let ending = if data.memory_refused || heap_refused {
                         Ending::Failed {
                             code: ErrorCode::MemoryLimitExceeded,
                             phase: FailurePhase::Guest,

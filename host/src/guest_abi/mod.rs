@@ -33,6 +33,12 @@ pub(crate) const CELL_PREFIX: &str = "quickcell:bridge/cell@0.1.0#";
 /// The status JSON of a cell without an outcome yet (the guest's text).
 pub(crate) const PENDING_STATUS: &str = r#"{"state":"pending"}"#;
 
+/// The status of a cell without an outcome whose heap limit, held in the
+/// guest's allocator hooks, refused an allocation since it started (the
+/// guest's text; a refusal of `memory.grow` is seen by the host itself:
+/// [`CellState::memory_refused`]).
+pub(crate) const PENDING_AFTER_REFUSAL_STATUS: &str = r#"{"state":"pending","heapRefused":true}"#;
+
 /// Largest bridge-request method name the host reads, in bytes.
 pub(crate) const MAX_METHOD_BYTES: usize = 64;
 /// Largest JSON argument of one bridge request the host reads, in bytes.
