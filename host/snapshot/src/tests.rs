@@ -773,9 +773,9 @@ fn a_format_5_snapshot_still_restores_and_other_versions_are_refused() {
     }
 }
 
-/// `bytes` (format 7) rewritten as format 6: the head with absolute page
-/// indexes, compressed without the dictionary; the page frames as they are.
-fn as_format_6(bytes: &[u8]) -> Vec<u8> {
+/// `bytes` decoded, and its head's fields up to the page indexes (memory
+/// size, stack pointer, host state, page count), for the rewriters below.
+fn head_up_to_indexes(bytes: &[u8]) -> (crate::Snapshot<'_>, Vec<u8>) {
     let snap = decode(bytes, GUEST, 1 << 30).unwrap();
     let mut head = Vec::new();
     head.extend_from_slice(&(snap.memory_bytes as u64).to_le_bytes());
@@ -783,13 +783,26 @@ fn as_format_6(bytes: &[u8]) -> Vec<u8> {
     head.extend_from_slice(&(snap.host_state.len() as u32).to_le_bytes());
     head.extend_from_slice(&snap.host_state);
     head.extend_from_slice(&(snap.page_count() as u32).to_le_bytes());
+    (snap, head)
+}
+
+/// `head` as a plain frame, followed by the page frames of `bytes`.
+fn with_head(bytes: &[u8], head: &[u8]) -> Vec<u8> {
+    let (_, _, pages) = crate::frames::next_frame(&bytes[crate::format::HEADER_BYTES..]).unwrap();
+    let mut payload = fuzz::frame(head);
+    payload.extend_from_slice(pages);
+    payload
+}
+
+/// `bytes` (format 7) rewritten as format 6: the head with absolute page
+/// indexes, compressed without the dictionary; the page frames as they are.
+fn as_format_6(bytes: &[u8]) -> Vec<u8> {
+    let (snap, mut head) = head_up_to_indexes(bytes);
     for index in &snap.page_indexes {
         head.extend_from_slice(&index.to_le_bytes());
     }
     head.extend_from_slice(&snap.page_units);
-    let (_, _, pages) = crate::frames::next_frame(&bytes[crate::format::HEADER_BYTES..]).unwrap();
-    let mut payload = fuzz::frame(&head);
-    payload.extend_from_slice(pages);
+    let payload = with_head(bytes, &head);
     fuzz::seal_as(crate::PLAIN_HEAD_FORMAT_VERSION, &payload)
 }
 
@@ -910,13 +923,7 @@ fn format_8_stores_dense_image_pages_with_strides_page_by_page() {
 
 /// `bytes` (format 8, one frame of pages) with the layout bytes `units`.
 fn with_layouts(bytes: &[u8], units: &[u8]) -> Vec<u8> {
-    let snap = decode(bytes, GUEST, 1 << 30).unwrap();
-    let mut head = Vec::new();
-    head.extend_from_slice(&(snap.memory_bytes as u64).to_le_bytes());
-    head.extend_from_slice(&snap.stack_pointer.to_le_bytes());
-    head.extend_from_slice(&(snap.host_state.len() as u32).to_le_bytes());
-    head.extend_from_slice(&snap.host_state);
-    head.extend_from_slice(&(snap.page_count() as u32).to_le_bytes());
+    let (snap, mut head) = head_up_to_indexes(bytes);
     let mut before = None;
     let gaps: Vec<[u8; 4]> = snap
         .page_indexes
@@ -931,9 +938,7 @@ fn with_layouts(bytes: &[u8], units: &[u8]) -> Vec<u8> {
         head.extend(gaps.iter().map(|gap| gap[lane]));
     }
     head.extend_from_slice(units);
-    let (_, _, pages) = crate::frames::next_frame(&bytes[crate::format::HEADER_BYTES..]).unwrap();
-    let mut payload = fuzz::frame(&head);
-    payload.extend_from_slice(pages);
+    let payload = with_head(bytes, &head);
     fuzz::seal_as(FORMAT_VERSION, &payload)
 }
 
