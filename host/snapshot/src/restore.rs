@@ -6,7 +6,7 @@ use crate::decoder::Snapshot;
 use crate::format::{corrupt, SnapshotError, IMAGE_PAGE_IN_LANES, PAGE_BYTES, VALUES_DIFFERENCED};
 use crate::frames::{fill, finish_frame, reset, with_dctx};
 use crate::lanes::{join_page, stride_words, PAGE_WORDS};
-use crate::pages::{inside_image, prefault, run_end, xor_in_place};
+use crate::pages::{inside_image, prefault, xor_in_place};
 use crate::pool::run_parallel;
 
 impl Snapshot<'_> {
@@ -223,15 +223,62 @@ impl FrameJob<'_, '_> {
     }
 
     /// Makes the frame's pages writable with one [`prefault`] per run of
-    /// consecutive pages: restores a small snapshot ~35% faster than a
-    /// copy-on-write fault per page.
+    /// consecutive pages that are not yet: restores a small snapshot ~35%
+    /// faster than a copy-on-write fault per page. A pooled instance's slot
+    /// keeps the pages earlier instances wrote resident (quickcell's
+    /// `KEEP_RESIDENT_BYTES`), so most of a snapshot's pages are often
+    /// writable already; one read of `/proc/self/pagemap` over the frame's
+    /// span ([`resident_pages`]) finds them, where a `madvise` per run
+    /// would cost a system call each all the same.
     fn prefault(&mut self) {
+        let resident = resident_pages(self.pages, self.memory, self.base);
+        let needs = |k: usize| {
+            resident
+                .as_ref()
+                .is_none_or(|r| !r[(self.pages[k] - self.pages[0]) as usize])
+        };
         let mut i = 0;
         while i < self.pages.len() {
-            let end = run_end(self.pages, i);
+            if !needs(i) {
+                i += 1;
+                continue;
+            }
+            let mut end = i + 1;
+            while end < self.pages.len() && self.pages[end - 1] + 1 == self.pages[end] && needs(end)
+            {
+                end += 1;
+            }
             let at = self.pages[i] as usize * PAGE_BYTES - self.base;
             prefault(&mut self.memory[at..at + (end - i) * PAGE_BYTES]);
             i = end;
         }
+    }
+}
+
+/// Most pages of a frame's span (its first page to its last) per page it
+/// stores for which [`resident_pages`] reads the pagemap: beyond it the
+/// read (8 bytes a page) would outgrow what it saves, and every run is
+/// pre-faulted instead.
+const RESIDENT_SPAN_PER_PAGE: usize = 8;
+
+/// For each page from `pages[0]` to the last of `pages` (a frame's, in
+/// `memory`, which starts at byte `base` of the linear memory), whether it
+/// is already written in this mapping (a private page, or swapped):
+/// writing it takes no copy-on-write fault. `None` where that cannot be
+/// read (not Linux, no pagemap) or the span is sparse
+/// ([`RESIDENT_SPAN_PER_PAGE`]): then every page counts as not resident.
+fn resident_pages(pages: &[u32], memory: &[u8], base: usize) -> Option<Vec<bool>> {
+    let (&first, &last) = (pages.first()?, pages.last()?);
+    let span = (last - first) as usize + 1;
+    if span > pages.len() * RESIDENT_SPAN_PER_PAGE {
+        return None;
+    }
+    let at = first as usize * PAGE_BYTES - base;
+    #[cfg(target_os = "linux")]
+    return crate::pagemap::written_pages(&memory[at..at + span * PAGE_BYTES]);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (at, memory);
+        None
     }
 }

@@ -1127,3 +1127,35 @@ fn free_list_links_are_stored_as_differences_and_restore_exactly() {
     // 86 links take fewer bytes than 86 scattered values.
     assert!(sizes[0] * 2 < sizes[1], "{sizes:?}");
 }
+
+/// A pooled instance's slot keeps pages earlier instances wrote private
+/// (reset to the image), so restore pre-faults only the others: pages
+/// already written, pages not, and runs mixing both all restore exactly.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_memory_with_pages_already_written_restores_exactly() {
+    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i / 5) as u8).collect();
+    let mut memory = image.clone();
+    memory.resize(WASM_PAGE_BYTES * 2, 0);
+    // Changed pages: a run of 6 (2..8), a lone page, pages past the image.
+    for page in (2..8).chain([11, 17, 20]) {
+        memory[page * PAGE_BYTES + 8 * page] ^= 0x5A;
+    }
+    let snapshot_bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let mut mapped = MappedMemory::new(&image, memory.len());
+    let target = mapped.bytes();
+    // Earlier writes that left image content: every other page of the
+    // run, the lone page, one page beyond the image, one page unchanged.
+    for page in [2, 4, 6, 11, 17, 30] {
+        let same = target[page * PAGE_BYTES];
+        // SAFETY: an in-bounds write the compiler must not drop.
+        unsafe { std::ptr::write_volatile(&mut target[page * PAGE_BYTES], same) };
+    }
+    if let Some(written) = pagemap::written_pages(target) {
+        assert!(written[2] && !written[3] && written[30], "{written:?}");
+    }
+    let snapshot = decode(&snapshot_bytes, GUEST, 1 << 30).unwrap();
+    assert_eq!(snapshot.page_indexes, [2, 3, 4, 5, 6, 7, 11, 17, 20]);
+    snapshot.apply(target, image.len()).unwrap();
+    assert!(target[..] == memory[..]);
+}
