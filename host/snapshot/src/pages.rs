@@ -53,8 +53,14 @@ pub(crate) fn inside_image(indexes: &[u32], image_bytes: usize) -> usize {
 /// End (exclusive) of the run of consecutive page indexes that starts at
 /// `pages[i]`.
 pub(crate) fn run_end(pages: &[u32], i: usize) -> usize {
+    run_end_where(pages, i, |_| true)
+}
+
+/// End (exclusive) of the run of consecutive page indexes that starts at
+/// `pages[i]` and goes on while `joins(k)` holds for each next `pages[k]`.
+pub(crate) fn run_end_where(pages: &[u32], i: usize, joins: impl Fn(usize) -> bool) -> usize {
     let mut end = i + 1;
-    while end < pages.len() && pages[end - 1].checked_add(1) == Some(pages[end]) {
+    while end < pages.len() && pages[end - 1].checked_add(1) == Some(pages[end]) && joins(end) {
         end += 1;
     }
     end

@@ -6,7 +6,7 @@ use crate::decoder::Snapshot;
 use crate::format::{corrupt, SnapshotError, IMAGE_PAGE_IN_LANES, PAGE_BYTES, VALUES_DIFFERENCED};
 use crate::frames::{fill, finish_frame, reset, with_dctx};
 use crate::lanes::{join_page, stride_words, PAGE_WORDS};
-use crate::pages::{inside_image, prefault, xor_in_place};
+use crate::pages::{inside_image, prefault, run_end_where, xor_in_place};
 use crate::pool::run_parallel;
 
 impl Snapshot<'_> {
@@ -243,11 +243,7 @@ impl FrameJob<'_, '_> {
                 i += 1;
                 continue;
             }
-            let mut end = i + 1;
-            while end < self.pages.len() && self.pages[end - 1] + 1 == self.pages[end] && needs(end)
-            {
-                end += 1;
-            }
+            let end = run_end_where(self.pages, i, needs);
             let at = self.pages[i] as usize * PAGE_BYTES - self.base;
             prefault(&mut self.memory[at..at + (end - i) * PAGE_BYTES]);
             i = end;
