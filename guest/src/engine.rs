@@ -91,16 +91,43 @@ pub(crate) fn build() -> Result<Engine, String> {
     let runtime = Runtime::new_with_alloc(GuestAllocator).map_err(|e| e.to_string())?;
     let context = Context::custom::<CellIntrinsics>(&runtime).map_err(|e| e.to_string())?;
     context.with(|ctx| -> Result<(), String> {
-        // `fastrand`'s thread-local generator, reseeded by the host for every
-        // cell and at every resume (`start`, `resume`): QuickJS's own
-        // generator is seeded once per context, so every instance made from
-        // the pre-initialized image would repeat its sequence.
+        // A generator over [`RANDOM_STATE`], seeded by the host for every
+        // cell and at every resume: QuickJS's own generator is seeded once
+        // per context, so every instance made from the pre-initialized image
+        // would repeat its sequence.
         let math: Object = ctx.globals().get("Math").map_err(|e| e.to_string())?;
-        math.set("random", Func::from(fastrand::f64))
+        math.set("random", Func::from(random))
             .map_err(|e| e.to_string())?;
         text_encoding::register(&ctx)
     })?;
     Ok(Engine { context })
+}
+
+/// `Math.random`'s generator state: fastrand's WyRand over a word of our
+/// own, at an address the module exports as the immutable global
+/// `quickcell_random_state` (`.cargo/config.toml`). The host seeds it by
+/// writing a fresh `u64` there (little-endian) when it restores a snapshot,
+/// before the guest runs again: no guest call, so a resumed cell spends the
+/// fuel a cell kept in memory spends. `start` seeds it from its options.
+#[export_name = "quickcell_random_state"]
+static RANDOM_STATE: RandomState = RandomState(Cell::new(0));
+
+struct RandomState(Cell<u64>);
+
+// SAFETY: the guest is single-threaded.
+unsafe impl Sync for RandomState {}
+
+/// Seeds `Math.random`.
+pub(crate) fn seed_random(seed: u64) {
+    RANDOM_STATE.0.set(seed);
+}
+
+/// `Math.random`: the next `f64` in `0..1` from [`RANDOM_STATE`].
+fn random() -> f64 {
+    let mut rng = fastrand::Rng::with_seed(RANDOM_STATE.0.get());
+    let value = rng.f64();
+    RANDOM_STATE.0.set(rng.get_seed());
+    value
 }
 
 /// The cell's heap limit (`memoryLimitBytes`), held by the allocator hooks

@@ -669,10 +669,9 @@ impl Guest for Component {
                 .random_seed
                 .and_then(|s| u64::from_str_radix(&s, 16).ok())
             {
-                // `Math.random` is fastrand's thread-local generator
-                // (`engine`); without a reseed every instance made from the
+                // Without a seed every instance made from the
                 // pre-initialized image would repeat the same sequence.
-                fastrand::seed(seed);
+                engine::seed_random(seed);
             }
             if let Some(limit) = options.memory_limit_bytes {
                 engine::set_heap_limit(usize::try_from(limit).unwrap_or(usize::MAX));
@@ -737,10 +736,6 @@ impl Guest for Component {
     fn checkpoint() -> u32 {
         alloc::zero_free_blocks(false);
         alloc::page_kinds() as u32
-    }
-
-    fn resume(random_seed: u64) {
-        fastrand::seed(random_seed);
     }
 }
 

@@ -169,6 +169,10 @@ pub(crate) struct SharedEngine {
     /// The guest's shadow stack: `[initial SP − GUEST_STACK_BYTES, initial
     /// SP)`. Below the stack pointer, between calls, it holds nothing live.
     pub stack: std::ops::Range<usize>,
+    /// The address of `Math.random`'s 8-byte state in linear memory (the
+    /// module's `quickcell_random_state` global), which a restore seeds;
+    /// checked to lie in the image, outside the stack.
+    pub random_state: usize,
     /// What snapshots are keyed by ([`SharedEngine::image_key`]), made at
     /// the first checkpoint or restore.
     image_key: std::sync::OnceLock<[u8; 32]>,
@@ -516,14 +520,20 @@ impl SharedEngine {
         let instance_pre = linker
             .instantiate_pre(&module)
             .map_err(|e| anyhow!("cannot link the guest module: {e}"))?;
-        let (memory_image, initial_sp) = read_memory_image(&engine, &instance_pre).await?;
+        let (memory_image, initial_sp, random_state) =
+            read_memory_image(&engine, &instance_pre).await?;
         let stack = initial_sp.saturating_sub(GUEST_STACK_BYTES)..initial_sp;
+        let state_end = random_state.saturating_add(8);
+        if state_end > memory_image.len() || (random_state < stack.end && state_end > stack.start) {
+            bail!("the guest's random state ({random_state:#x}) is not in its data");
+        }
         Ok(Self {
             engine,
             instance_pre,
             initial_memory_bytes,
             memory_image,
             stack,
+            random_state,
             image_key: std::sync::OnceLock::new(),
             origin,
             hot_pages: std::sync::OnceLock::new(),
@@ -549,11 +559,12 @@ fn store_with(engine: &Engine, state: CellState) -> Result<Store<CellState>> {
 }
 
 /// Instantiates the module once; returns a copy of its initial linear
-/// memory and the initial value of its stack pointer.
+/// memory, the initial value of its stack pointer and the address of its
+/// random state.
 async fn read_memory_image(
     engine: &Engine,
     pre: &InstancePre<CellState>,
-) -> Result<(Vec<u8>, usize)> {
+) -> Result<(Vec<u8>, usize, usize)> {
     let mut store = unlimited_store(engine)?;
     let instance = pre
         .instantiate_async(&mut store)
@@ -566,7 +577,15 @@ async fn read_memory_image(
         .get_global(&mut store, "__stack_pointer")
         .and_then(|g| g.get(&mut store).i32())
         .ok_or_else(|| anyhow!("the guest module exports no `__stack_pointer`"))?;
-    Ok((memory.data(&store).to_vec(), sp as u32 as usize))
+    let random_state = instance
+        .get_global(&mut store, "quickcell_random_state")
+        .and_then(|g| g.get(&mut store).i32())
+        .ok_or_else(|| anyhow!("the guest module exports no `quickcell_random_state`"))?;
+    Ok((
+        memory.data(&store).to_vec(),
+        sp as u32 as usize,
+        random_state as u32 as usize,
+    ))
 }
 
 /// The module in `artifact` (the format of [`PRECOMPILED_GUEST`]) if it was

@@ -147,14 +147,12 @@ pub(super) async fn restore(
         return Err(unusable(format!("cannot set the stack pointer: {e}")));
     }
     store.data_mut().last_request_id = host.last_request_id;
-    // Restoring consumes no fuel: the reseed runs on fuel of its own (a
-    // wait given next to none still resumes the cell, which then runs out
-    // in its own code), and the allowance is set again after it.
-    let _ = store.set_fuel(u64::MAX);
-    if let Err(e) = exports.resume(&mut store, rand_seed()).await {
-        return Err(unusable(format!("the guest could not resume: {e}")));
-    }
-    let _ = store.set_fuel(fuel_start);
+    // A fresh seed for `Math.random`, so that no two resumes of one
+    // snapshot repeat a random sequence. Written, not passed in a guest
+    // call: restoring runs no guest code, so it consumes no fuel.
+    let random_state = env.shared.random_state;
+    let seed = rand_seed().to_le_bytes();
+    memory.data_mut(&mut store)[random_state..random_state + seed.len()].copy_from_slice(&seed);
     stats::RESTORE_NANOS.store(
         restore_started.elapsed().as_nanos() as u64,
         Ordering::Relaxed,

@@ -511,7 +511,6 @@ pub(crate) struct GuestExports {
     /// The shadow-stack pointer, the module's only mutable global.
     pub stack_pointer: Global,
     checkpoint: TypedFunc<(), u32>,
-    resume: TypedFunc<u64, ()>,
     realloc: TypedFunc<(u32, u32, u32, u32), u32>,
     start: TypedFunc<(u32, u32, u32, u32, u32, u32), u32>,
     post_start: TypedFunc<u32, ()>,
@@ -536,7 +535,6 @@ impl GuestExports {
         let post_start = func(store, &format!("cabi_post_{CELL_PREFIX}start"))?.typed(&*store)?;
         let settle = func(store, &format!("{CELL_PREFIX}settle"))?.typed(&*store)?;
         let checkpoint = func(store, &format!("{CELL_PREFIX}checkpoint"))?.typed(&*store)?;
-        let resume = func(store, &format!("{CELL_PREFIX}resume"))?.typed(&*store)?;
         let stack_pointer = instance
             .get_global(&mut *store, "__stack_pointer")
             .ok_or_else(|| anyhow!("guest does not export `__stack_pointer`"))?;
@@ -548,7 +546,6 @@ impl GuestExports {
             memory,
             stack_pointer,
             checkpoint,
-            resume,
             realloc,
             start,
             post_start,
@@ -662,19 +659,6 @@ impl GuestExports {
                 }
             })
             .collect())
-    }
-
-    /// Calls `cell.resume(random-seed)` on a freshly restored instance.
-    pub(crate) async fn resume(
-        &self,
-        store: &mut Store<CellState>,
-        random_seed: u64,
-    ) -> wasmtime::Result<()> {
-        before_deadline(
-            store.data().stop(),
-            self.resume.call_async(&mut *store, random_seed),
-        )
-        .await
     }
 
     /// Calls `cell.settle(results-json)` (the host sends one settlement per
