@@ -151,6 +151,7 @@ mod pagemap;
 mod pages;
 mod pool;
 mod restore;
+mod written;
 
 pub use decoder::{decode, guest_build, Snapshot};
 pub use encoder::{encode, Checkpoint, Encoded};
@@ -161,6 +162,7 @@ pub use format::{
 };
 pub use pages::{changed_image_runs, prefault};
 pub use pool::{MAX_CODEC_THREADS, PARALLEL_PAYLOAD_BYTES};
+pub use written::WrittenPages;
 
 #[cfg(test)]
 mod fuzz;

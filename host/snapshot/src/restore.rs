@@ -8,6 +8,7 @@ use crate::frames::{fill, finish_frame, reset, with_dctx};
 use crate::lanes::{join_page, stride_words, PAGE_WORDS};
 use crate::pages::{inside_image, prefault, run_end_where, xor_in_place};
 use crate::pool::run_parallel;
+use crate::written::WrittenPages;
 
 impl Snapshot<'_> {
     /// Writes the stored pages into `memory`, which must be `memory_bytes`
@@ -24,6 +25,23 @@ impl Snapshot<'_> {
     /// `memory_bytes` (nothing is written then) or a frame does not
     /// decompress.
     pub fn apply(self, memory: &mut [u8], image_bytes: usize) -> Result<(), SnapshotError> {
+        self.apply_known(memory, image_bytes, &mut WrittenPages::new(0))
+    }
+
+    /// [`Snapshot::apply`] into a memory of which the pages in `written`
+    /// are known to be private already (a reused slot): a frame whose pages
+    /// all are is written without pre-faulting and without reading the
+    /// page map. The pages written are added to `written`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Snapshot::apply`]; `written` is then unchanged.
+    pub fn apply_known(
+        self,
+        memory: &mut [u8],
+        image_bytes: usize,
+        written: &mut WrittenPages,
+    ) -> Result<(), SnapshotError> {
         if memory.len() < self.memory_bytes {
             return Err(SnapshotError::Corrupt("memory is too short".into()));
         }
@@ -49,6 +67,7 @@ impl Snapshot<'_> {
             base = end;
             jobs.push(FrameJob {
                 frame,
+                known_written: mine.iter().all(|&p| written.contains(p)),
                 pages: mine,
                 units: my_units,
                 memory: region,
@@ -61,7 +80,11 @@ impl Snapshot<'_> {
             job.run(image_bytes)
         })
         .into_iter()
-        .collect()
+        .collect::<Result<(), SnapshotError>>()?;
+        for &page in &self.page_indexes {
+            written.insert(page);
+        }
+        Ok(())
     }
 }
 
@@ -79,6 +102,9 @@ thread_local! {
 /// memory that starts at its first page.
 struct FrameJob<'s, 'm> {
     frame: &'s [u8],
+    /// All of `pages` are known to be private ([`WrittenPages`]): nothing
+    /// to pre-fault.
+    known_written: bool,
     pages: &'s [u32],
     /// The block stride of each of `pages`.
     units: &'s [u8],
@@ -96,7 +122,9 @@ impl FrameJob<'_, '_> {
     /// 4 KiB scratch, XORed in), then the lanes of the others into this
     /// thread's lane buffer, joined into their pages.
     fn run(mut self, image_bytes: usize) -> Result<(), SnapshotError> {
-        self.prefault();
+        if !self.known_written {
+            self.prefault();
+        }
         let inside = inside_image(self.pages, image_bytes);
         // Image pages of layout 0 are stored as their changed words (format
         // 5: as deltas in place); the others, and the pages beyond the

@@ -9,8 +9,9 @@ use crate::frames::{next_frame, ZSTD_FRAME_MAGIC};
 use crate::pagemap;
 use crate::pages::{changed_pages, inside_image};
 use crate::{
-    decode, encode, fuzz, Checkpoint, SnapshotError, FORMAT_VERSION, MAX_HOST_STATE_BYTES,
-    MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PARALLEL_PAYLOAD_BYTES, WASM_PAGE_BYTES,
+    decode, encode, fuzz, Checkpoint, SnapshotError, WrittenPages, FORMAT_VERSION,
+    MAX_HOST_STATE_BYTES, MAX_MEMORY_BYTES, PAGES_PER_FRAME, PAGE_BYTES, PARALLEL_PAYLOAD_BYTES,
+    WASM_PAGE_BYTES,
 };
 use std::ops::Range;
 
@@ -1158,4 +1159,56 @@ fn a_memory_with_pages_already_written_restores_exactly() {
     assert_eq!(snapshot.page_indexes, [2, 3, 4, 5, 6, 7, 11, 17, 20]);
     snapshot.apply(target, image.len()).unwrap();
     assert!(target[..] == memory[..]);
+}
+
+/// A restore told which pages of a reused slot are private already
+/// ([`WrittenPages`]) restores exactly whether the hint is right or stale
+/// (held written, but the mapping's pages are still the image's), records
+/// what it wrote, and holds nothing past its limit.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_restore_with_known_written_pages_restores_exactly_and_records_them() {
+    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i / 3) as u8).collect();
+    let mut memory = image.clone();
+    memory.resize(WASM_PAGE_BYTES * 2, 0);
+    for page in (3..7).chain([12, 19]) {
+        memory[page * PAGE_BYTES + 4 * page] ^= 0xA5;
+    }
+    let snapshot_bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    // Right: the first restore into the mapping records its pages; a
+    // second restore into the same (reset) mapping pre-faults nothing.
+    let mut known = WrittenPages::new(memory.len());
+    let mut mapped = MappedMemory::new(&image, memory.len());
+    let target = mapped.bytes();
+    decode(&snapshot_bytes, GUEST, 1 << 30)
+        .unwrap()
+        .apply_known(target, image.len(), &mut known)
+        .unwrap();
+    assert!(target[..] == memory[..]);
+    for page in 0..32u32 {
+        let stored = (3..7).contains(&page) || page == 12 || page == 19;
+        assert_eq!(known.contains(page), stored, "page {page}");
+    }
+    target[..image.len()].copy_from_slice(&image);
+    target[image.len()..].fill(0);
+    decode(&snapshot_bytes, GUEST, 1 << 30)
+        .unwrap()
+        .apply_known(target, image.len(), &mut known)
+        .unwrap();
+    assert!(target[..] == memory[..]);
+    // Stale: held written in a fresh mapping whose pages were never
+    // written; they fault on write and restore all the same.
+    let mut fresh = MappedMemory::new(&image, memory.len());
+    let target = fresh.bytes();
+    decode(&snapshot_bytes, GUEST, 1 << 30)
+        .unwrap()
+        .apply_known(target, image.len(), &mut known)
+        .unwrap();
+    assert!(target[..] == memory[..]);
+    // Past its limit a set holds nothing.
+    let mut small = WrittenPages::new(5 * PAGE_BYTES + 100);
+    small.insert(4);
+    small.insert(5);
+    small.insert(1 << 20);
+    assert!(small.contains(4) && !small.contains(5) && !small.contains(1 << 20));
 }

@@ -138,8 +138,10 @@ pub(super) async fn restore(
         }));
     }
     let stack_pointer = snapshot.stack_pointer;
-    let image_bytes = env.shared.memory_image.len();
-    if let Err(e) = snapshot.apply(memory.data_mut(&mut store), image_bytes) {
+    if let Err(e) = env
+        .shared
+        .restore_pages(snapshot, memory.data_mut(&mut store))
+    {
         return Err(unusable(e.to_string()));
     }
     let sp = Val::I32(stack_pointer as i32);
