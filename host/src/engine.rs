@@ -193,7 +193,7 @@ pub(crate) struct SharedEngine {
     /// Instances cells may hold at once: the pool's, less the standby's.
     cell_instances: Arc<tokio::sync::Semaphore>,
     /// What restores learned of the pages each pool slot keeps written, by
-    /// the address of the slot's memory ([`SharedEngine::slot_pages`]): at
+    /// the address of the slot's memory ([`SharedEngine::restore_pages`]): at
     /// most [`POOL_INSTANCES`] sets of [`KEEP_RESIDENT_BYTES`] / 4 KiB
     /// bits; `None` where slots keep nothing ([`slots_keep_pages`]).
     slot_pages: Option<Mutex<std::collections::HashMap<usize, quickcell_snapshot::WrittenPages>>>,

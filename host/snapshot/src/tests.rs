@@ -1175,15 +1175,18 @@ fn a_restore_with_known_written_pages_restores_exactly_and_records_them() {
         memory[page * PAGE_BYTES + 4 * page] ^= 0xA5;
     }
     let snapshot_bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
+    let restore = |target: &mut [u8], known: &mut WrittenPages| {
+        decode(&snapshot_bytes, GUEST, 1 << 30)
+            .unwrap()
+            .apply_known(target, image.len(), known)
+            .unwrap();
+    };
     // Right: the first restore into the mapping records its pages; a
     // second restore into the same (reset) mapping pre-faults nothing.
     let mut known = WrittenPages::new(memory.len());
     let mut mapped = MappedMemory::new(&image, memory.len());
     let target = mapped.bytes();
-    decode(&snapshot_bytes, GUEST, 1 << 30)
-        .unwrap()
-        .apply_known(target, image.len(), &mut known)
-        .unwrap();
+    restore(target, &mut known);
     assert!(target[..] == memory[..]);
     for page in 0..32u32 {
         let stored = (3..7).contains(&page) || page == 12 || page == 19;
@@ -1191,19 +1194,13 @@ fn a_restore_with_known_written_pages_restores_exactly_and_records_them() {
     }
     target[..image.len()].copy_from_slice(&image);
     target[image.len()..].fill(0);
-    decode(&snapshot_bytes, GUEST, 1 << 30)
-        .unwrap()
-        .apply_known(target, image.len(), &mut known)
-        .unwrap();
+    restore(target, &mut known);
     assert!(target[..] == memory[..]);
     // Stale: held written in a fresh mapping whose pages were never
     // written; they fault on write and restore all the same.
     let mut fresh = MappedMemory::new(&image, memory.len());
     let target = fresh.bytes();
-    decode(&snapshot_bytes, GUEST, 1 << 30)
-        .unwrap()
-        .apply_known(target, image.len(), &mut known)
-        .unwrap();
+    restore(target, &mut known);
     assert!(target[..] == memory[..]);
     // Past its limit a set holds nothing.
     let mut small = WrittenPages::new(5 * PAGE_BYTES + 100);
