@@ -611,7 +611,8 @@ fn store_with(engine: &Engine, state: CellState) -> Result<Store<CellState>> {
 /// 1,456 pages — are skipped: testing a page for zero costs a tenth of
 /// hashing it (measured: 4.2 ms for the whole image, 0.7 ms so).
 fn image_digest(guest: &[u8], stack_end: usize, image: &[u8]) -> [u8; 32] {
-    let mut digest = Sha256::new();
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
     digest.update(guest);
     digest.update((stack_end as u64).to_le_bytes());
     digest.update((image.len() as u64).to_le_bytes());
