@@ -1129,19 +1129,33 @@ fn free_list_links_are_stored_as_differences_and_restore_exactly() {
     assert!(sizes[0] * 2 < sizes[1], "{sizes:?}");
 }
 
+/// A one-Wasm-page image of bytes `i / step` and a two-Wasm-page memory
+/// made from it, with one byte of each of `pages` (at `spread` bytes per
+/// page index into the page) XORed with `flip`.
+#[cfg(target_os = "linux")]
+fn image_with_changed_pages(
+    step: usize,
+    pages: impl IntoIterator<Item = usize>,
+    spread: usize,
+    flip: u8,
+) -> (Vec<u8>, Vec<u8>) {
+    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i / step) as u8).collect();
+    let mut memory = image.clone();
+    memory.resize(WASM_PAGE_BYTES * 2, 0);
+    for page in pages {
+        memory[page * PAGE_BYTES + spread * page] ^= flip;
+    }
+    (image, memory)
+}
+
 /// A pooled instance's slot keeps pages earlier instances wrote private
 /// (reset to the image), so restore pre-faults only the others: pages
 /// already written, pages not, and runs mixing both all restore exactly.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_memory_with_pages_already_written_restores_exactly() {
-    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i / 5) as u8).collect();
-    let mut memory = image.clone();
-    memory.resize(WASM_PAGE_BYTES * 2, 0);
     // Changed pages: a run of 6 (2..8), a lone page, pages past the image.
-    for page in (2..8).chain([11, 17, 20]) {
-        memory[page * PAGE_BYTES + 8 * page] ^= 0x5A;
-    }
+    let (image, memory) = image_with_changed_pages(5, (2..8).chain([11, 17, 20]), 8, 0x5A);
     let snapshot_bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
     let mut mapped = MappedMemory::new(&image, memory.len());
     let target = mapped.bytes();
@@ -1168,12 +1182,7 @@ fn a_memory_with_pages_already_written_restores_exactly() {
 #[cfg(target_os = "linux")]
 #[test]
 fn a_restore_with_known_written_pages_restores_exactly_and_records_them() {
-    let image: Vec<u8> = (0..WASM_PAGE_BYTES).map(|i| (i / 3) as u8).collect();
-    let mut memory = image.clone();
-    memory.resize(WASM_PAGE_BYTES * 2, 0);
-    for page in (3..7).chain([12, 19]) {
-        memory[page * PAGE_BYTES + 4 * page] ^= 0xA5;
-    }
+    let (image, memory) = image_with_changed_pages(3, (3..7).chain([12, 19]), 4, 0xA5);
     let snapshot_bytes = encode(&checkpoint(&memory, &image, 0..0)).unwrap().bytes;
     let restore = |target: &mut [u8], known: &mut WrittenPages| {
         decode(&snapshot_bytes, GUEST, 1 << 30)
